@@ -1,0 +1,435 @@
+"""Run configuration: typed defaults, TOML presets/files, strict validation, `--set` overrides.
+
+Resolution order: dataclass defaults < preset (shipped in ``presets/``) < ``--config FILE`` <
+``--set section.key=value`` (repeatable). Unknown keys and wrong types are errors that name the
+key. The resolved config is written to ``RUN_DIR/config.toml`` together with its hash.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import sys
+import types
+import typing
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+from .errors import UserError
+
+SELECTION_METHODS = ("tournament", "best", "roulette", "double_tournament")
+OPERATOR_KINDS = ("auto", "llm", "tuning")
+BACKENDS = ("auto", "simulator", "trainium")
+TARGETS = ("trn1", "trn2")
+LLM_ROLES = ("planner", "implementer", "crossover", "repair", "summarizer")
+
+
+@dataclass
+class RunSection:
+    seed: int = 0
+    gens: int = 20                       # total number of generations after gen 0
+    problems: list[str] = field(default_factory=lambda: ["silu"])
+    suite: str = ""                      # "nkibench": every built-in problem
+    suite_dir: str = ""                  # a folder in the official NKIBench layout
+    shape: str = "paper"                 # named shape of every problem ("paper", "small", ...)
+    out: str = "runs"                    # parent folder of run folders
+    report: bool = True                  # write report.md + plots at the end of a run
+
+
+@dataclass
+class PopulationSection:
+    size: int = 8                        # mu: survivors per generation
+    offspring: int = 8                   # lambda: children per generation
+    elitism: int = 1                     # best individuals that always survive
+
+
+@dataclass
+class SelectionSection:
+    method: str = "tournament"
+    tournament_size: int = 3
+    # double_tournament: fitness tournament size comes from tournament_size; parsimony_size in
+    # [1, 2] is the size of the tournament on code length (1 = no pressure).
+    parsimony_size: float = 1.4
+    fitness_first: bool = True
+
+
+@dataclass
+class VariationSection:
+    # Relative weights of the two kinds of offspring: a child comes from crossover with
+    # probability crossover_prob / (crossover_prob + mutation_prob), else from mutation.
+    crossover_prob: float = 0.3
+    mutation_prob: float = 0.7
+    repair_attempts: int = 1
+
+
+@dataclass
+class MemorySection:
+    capacity: int = 16
+    per_generation: int = 4
+    improve_threshold: float = 1.04
+    regress_threshold: float = 1.15
+    path: str = ""                       # memory.json of an earlier run to start from
+
+
+@dataclass
+class OperatorsSection:
+    kind: str = "auto"                   # auto | llm | tuning
+    # With LLM operators, the share of offspring produced by them; the rest use the offline
+    # knob-tuning operators (mixing both in one population).
+    llm_fraction: float = 1.0
+
+
+@dataclass
+class RoleSection:
+    """Per-role overrides of the LLM settings; unset fields inherit from [llm]."""
+
+    model: str | None = None
+    base_url: str | None = None
+    temperature: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RolesSection:
+    planner: RoleSection = field(default_factory=RoleSection)
+    implementer: RoleSection = field(default_factory=RoleSection)
+    crossover: RoleSection = field(default_factory=RoleSection)
+    repair: RoleSection = field(default_factory=RoleSection)
+    summarizer: RoleSection = field(default_factory=RoleSection)
+
+
+@dataclass
+class LLMSection:
+    base_url: str = ""
+    model: str = ""
+    api_key_env: str = "OPENAI_API_KEY"  # the key is read from this variable, never stored
+    max_concurrency: int = 4
+    temperature: float = 0.7
+    timeout_s: float = 180.0
+    max_retries: int = 4
+    price_input_per_mtok: float = 0.0    # USD per million prompt tokens
+    price_output_per_mtok: float = 0.0   # USD per million completion tokens
+    plans_per_parent: int = 1
+    samples_per_plan: int = 1
+    extra: dict[str, Any] = field(default_factory=dict)   # extra request parameters
+    roles: RolesSection = field(default_factory=RolesSection)
+
+
+@dataclass
+class BudgetSection:
+    max_usd: float = 0.0                 # 0 = no cap
+    max_tokens: int = 0                  # 0 = no cap
+    max_llm_calls: int = 0               # 0 = no cap
+
+
+@dataclass
+class EvaluationSection:
+    backend: str = "auto"
+    target: str = "trn1"
+    seeds: list[int] = field(default_factory=lambda: [0, 21, 42, 63, 84])
+    heldout_seeds: int = 2               # extra seeds derived from run.seed, never shown to an LLM
+    rel_tol: float = 0.0                 # 0 = the problem's own tolerance
+    timeout_s: float = 300.0
+    memory_limit_mb: int = 8192
+    workers: int = 2
+    cache_dir: str = ""                  # optional evaluation cache shared between runs
+
+
+@dataclass
+class Config:
+    run: RunSection = field(default_factory=RunSection)
+    population: PopulationSection = field(default_factory=PopulationSection)
+    selection: SelectionSection = field(default_factory=SelectionSection)
+    variation: VariationSection = field(default_factory=VariationSection)
+    memory: MemorySection = field(default_factory=MemorySection)
+    operators: OperatorsSection = field(default_factory=OperatorsSection)
+    llm: LLMSection = field(default_factory=LLMSection)
+    budget: BudgetSection = field(default_factory=BudgetSection)
+    evaluation: EvaluationSection = field(default_factory=EvaluationSection)
+    # Per-problem shape parameters, e.g. [shapes.silu] M = 256; checked against the problem.
+    shapes: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def hash(self) -> str:
+        """Stable short hash of the resolved configuration."""
+        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+# --------------------------------------------------------------------------------------------
+# Building a Config from nested dicts, with type checks that name the offending key.
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin in (list, dict):
+        args = ", ".join(_type_name(a) for a in typing.get_args(tp))
+        return f"{origin.__name__}[{args}]"
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(tp))
+    if tp is Any:
+        return "any value"
+    if tp is type(None):
+        return "unset"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    """Check `value` against the annotation `tp`; return it (ints widen to float)."""
+    origin = typing.get_origin(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        for option in typing.get_args(tp):
+            if option is type(None):
+                continue
+            try:
+                return _coerce(value, option, key)
+            except UserError:
+                pass
+        raise UserError(f"config key '{key}' must be {_type_name(tp)}, got {value!r}")
+    if origin is list:
+        (item_tp,) = typing.get_args(tp)
+        if not isinstance(value, list):
+            raise UserError(f"config key '{key}' must be a list, got {value!r}")
+        return [_coerce(v, item_tp, f"{key}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        key_tp, val_tp = typing.get_args(tp)
+        if not isinstance(value, dict):
+            raise UserError(f"config key '{key}' must be a table, got {value!r}")
+        return {str(k): _coerce(v, val_tp, f"{key}.{k}") for k, v in value.items()}
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise UserError(f"config key '{key}' must be a table, got {value!r}")
+        return _build(tp, value, key)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif tp is str:
+        if isinstance(value, str):
+            return value
+    raise UserError(f"config key '{key}' must be {_type_name(tp)}, got {value!r}")
+
+
+def _build(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    for k in data:
+        if k not in names:
+            where = f"'{prefix}.{k}'" if prefix else f"section '{k}'"
+            known = ", ".join(sorted(names))
+            raise UserError(f"unknown config key {where} (known here: {known})")
+    kwargs = {k: _coerce(v, hints[k], f"{prefix}.{k}" if prefix else k) for k, v in data.items()}
+    return cls(**kwargs)
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def _check(cfg: Config) -> Config:
+    """Semantic checks beyond types (ranges, enumerations)."""
+
+    def need(ok: bool, key: str, what: str) -> None:
+        if not ok:
+            raise UserError(f"config key '{key}' {what}")
+
+    need(cfg.run.gens >= 0, "run.gens", "must be >= 0")
+    need(bool(cfg.run.problems) or bool(cfg.run.suite), "run.problems", "must name at least one problem")
+    need(cfg.run.suite in ("", "nkibench"), "run.suite", "must be \"\" or \"nkibench\"")
+    p = cfg.population
+    need(p.size >= 1, "population.size", "must be >= 1")
+    need(p.offspring >= 1, "population.offspring", "must be >= 1")
+    need(0 <= p.elitism <= p.size, "population.elitism", f"must be between 0 and population.size ({p.size})")
+    s = cfg.selection
+    need(s.method in SELECTION_METHODS, "selection.method", f"must be one of {', '.join(SELECTION_METHODS)}")
+    need(s.tournament_size >= 1, "selection.tournament_size", "must be >= 1")
+    need(1.0 <= s.parsimony_size <= 2.0, "selection.parsimony_size", "must be in [1, 2]")
+    v = cfg.variation
+    need(v.crossover_prob >= 0, "variation.crossover_prob", "must be >= 0")
+    need(v.mutation_prob >= 0, "variation.mutation_prob", "must be >= 0")
+    need(v.crossover_prob + v.mutation_prob > 0, "variation.mutation_prob",
+         "and variation.crossover_prob must not both be 0")
+    need(v.repair_attempts >= 0, "variation.repair_attempts", "must be >= 0")
+    m = cfg.memory
+    need(m.capacity >= 0, "memory.capacity", "must be >= 0")
+    need(m.per_generation >= 0, "memory.per_generation", "must be >= 0")
+    need(m.improve_threshold >= 1.0, "memory.improve_threshold", "must be >= 1")
+    need(m.regress_threshold >= 1.0, "memory.regress_threshold", "must be >= 1")
+    need(cfg.operators.kind in OPERATOR_KINDS, "operators.kind", f"must be one of {', '.join(OPERATOR_KINDS)}")
+    need(0.0 <= cfg.operators.llm_fraction <= 1.0, "operators.llm_fraction", "must be in [0, 1]")
+    llm = cfg.llm
+    need(llm.max_concurrency >= 1, "llm.max_concurrency", "must be >= 1")
+    need(llm.timeout_s > 0, "llm.timeout_s", "must be > 0")
+    need(llm.max_retries >= 0, "llm.max_retries", "must be >= 0")
+    need(llm.plans_per_parent >= 1, "llm.plans_per_parent", "must be >= 1")
+    need(llm.samples_per_plan >= 1, "llm.samples_per_plan", "must be >= 1")
+    b = cfg.budget
+    need(b.max_usd >= 0, "budget.max_usd", "must be >= 0 (0 = no cap)")
+    need(b.max_tokens >= 0, "budget.max_tokens", "must be >= 0 (0 = no cap)")
+    need(b.max_llm_calls >= 0, "budget.max_llm_calls", "must be >= 0 (0 = no cap)")
+    e = cfg.evaluation
+    need(e.backend in BACKENDS, "evaluation.backend", f"must be one of {', '.join(BACKENDS)}")
+    need(e.target in TARGETS, "evaluation.target", f"must be one of {', '.join(TARGETS)}")
+    need(bool(e.seeds), "evaluation.seeds", "must list at least one seed")
+    need(e.heldout_seeds >= 0, "evaluation.heldout_seeds", "must be >= 0")
+    need(e.rel_tol >= 0, "evaluation.rel_tol", "must be >= 0 (0 = the problem's tolerance)")
+    need(e.timeout_s > 0, "evaluation.timeout_s", "must be > 0")
+    need(e.memory_limit_mb >= 256, "evaluation.memory_limit_mb", "must be >= 256")
+    need(e.workers >= 1, "evaluation.workers", "must be >= 1")
+    return cfg
+
+
+# --------------------------------------------------------------------------------------------
+# Sources: presets, files, --set.
+
+
+def preset_names() -> list[str]:
+    files = resources.files("accelopt_evo").joinpath("presets").iterdir()
+    return sorted(f.name[: -len(".toml")] for f in files if f.name.endswith(".toml"))
+
+
+def _read_toml(text: str, where: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"invalid TOML in {where}: {exc}") from None
+
+
+def load_preset(name: str) -> dict[str, Any]:
+    if name not in preset_names():
+        raise UserError(f"unknown preset '{name}' (known: {', '.join(preset_names())})")
+    text = resources.files("accelopt_evo").joinpath("presets", f"{name}.toml").read_text()
+    return _read_toml(text, f"preset '{name}'")
+
+
+def load_file(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise UserError(f"cannot read config file '{path}': {exc.strerror or exc}") from None
+    return _read_toml(text, f"config file '{path}'")
+
+
+def _field_type(dotted: str) -> Any:
+    """The declared type of a dotted key, or None if the path is not a plain field."""
+    tp: Any = Config
+    for part in dotted.split("."):
+        if dataclasses.is_dataclass(tp):
+            hints = typing.get_type_hints(tp)
+            if part not in hints:
+                return None
+            tp = hints[part]
+        elif typing.get_origin(tp) is dict:
+            tp = typing.get_args(tp)[1]
+        else:
+            return None
+    return tp
+
+
+def parse_set(assignment: str) -> dict[str, Any]:
+    """`section.key=value` -> nested dict. The value is parsed as TOML (so `3`, `1.5`, `true`,
+    `[1, 2]`, `"x"` keep their types); a bare word is accepted as a string."""
+    if "=" not in assignment:
+        raise UserError(f"--set expects section.key=value, got '{assignment}'")
+    dotted, raw = assignment.split("=", 1)
+    dotted = dotted.strip()
+    parts = dotted.split(".")
+    if len(parts) < 2 or not all(parts):
+        raise UserError(f"--set expects section.key=value, got '{assignment}'")
+    try:
+        value = tomllib.loads(f"v = {raw.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        tp = _field_type(dotted)
+        accepts_str = tp is str or (tp is not None and str in typing.get_args(tp))
+        if accepts_str or tp is None:
+            value = raw.strip()
+        else:
+            raise UserError(f"--set {dotted}: cannot read '{raw}' as {_type_name(tp)}") from None
+    out: dict[str, Any] = {}
+    node = out
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+    node[parts[-1]] = value
+    return out
+
+
+def resolve(
+    preset: str = "default",
+    config_file: str | Path | None = None,
+    sets: list[str] | tuple[str, ...] = (),
+    overrides: dict[str, Any] | None = None,
+) -> Config:
+    """Defaults < preset < file < --set < `overrides` (CLI flags such as --seed)."""
+    data = load_preset(preset)
+    if config_file:
+        data = _merge(data, load_file(config_file))
+    for s in sets:
+        data = _merge(data, parse_set(s))
+    if overrides:
+        data = _merge(data, overrides)
+    return _check(_build(Config, data))
+
+
+def from_dict(data: dict[str, Any]) -> Config:
+    return _check(_build(Config, data))
+
+
+# --------------------------------------------------------------------------------------------
+# Writing: a minimal TOML emitter for the value types a Config holds.
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)  # a JSON string is a valid TOML basic string
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{json.dumps(k)} = {_toml_value(x)}" for k, x in v.items()) + " }"
+    raise TypeError(f"cannot write {type(v).__name__} to TOML")
+
+
+def _toml_table(name: str, table: dict[str, Any], lines: list[str]) -> None:
+    scalars = {k: v for k, v in table.items() if not isinstance(v, dict) or k in ("extra",)}
+    tables = {k: v for k, v in table.items() if k not in scalars}
+    if name:
+        lines.append(f"\n[{name}]")
+    for k, v in scalars.items():
+        if v is None:
+            continue  # unset optional value: TOML has no null
+        lines.append(f"{k} = {_toml_value(v)}")
+    for k, v in tables.items():
+        _toml_table(f"{name}.{k}" if name else k, v, lines)
+
+
+def to_toml(cfg: Config) -> str:
+    lines = [f"# accelopt-evo resolved configuration; hash {cfg.hash()}"]
+    _toml_table("", cfg.to_dict(), lines)
+    return "\n".join(lines) + "\n"

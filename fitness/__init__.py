@@ -1,0 +1,1 @@
+"""Evaluation of kernels: sandboxed worker, correctness gate, backends, cache, pool."""

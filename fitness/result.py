@@ -1,0 +1,49 @@
+"""EvalResult: what one evaluation of one kernel on one problem produced."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+OK = "ok"
+REJECTED = "rejected"              # the static policy refused the source
+COMPILE_ERROR = "compile_error"    # it does not import/trace: syntax, NKI rule violations
+INCORRECT = "incorrect"            # it ran, but an output failed the correctness gate
+TIMEOUT = "timeout"                # the wall-clock limit of the sandbox was hit
+MEMORY_EXCEEDED = "memory_exceeded"
+CRASHED = "crashed"                # the worker died (signal, internal error)
+
+STATUSES = (OK, REJECTED, COMPILE_ERROR, INCORRECT, TIMEOUT, MEMORY_EXCEEDED, CRASHED)
+
+
+@dataclass
+class EvalResult:
+    status: str
+    error: str = ""                       # the message a user would want ("" when ok)
+    latency_ms: float | None = None
+    profile: dict[str, Any] = field(default_factory=dict)   # neuron-profile metric names
+    speedup: float | None = None          # baseline latency / latency, same backend and target
+    percent_of_peak: float | None = None  # roofline peak latency / latency * 100 (None: unknown)
+    backend: str = ""
+    target: str = ""
+    seconds: float = 0.0                  # wall time of the evaluation
+    cached: bool = False
+    kernel_id: str = ""
+    problem: str = ""
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"unknown evaluation status {self.status!r}")
+
+    @property
+    def ok(self) -> bool:
+        return self.status == OK
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "EvalResult":
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})

@@ -1,0 +1,1 @@
+"""NKIBench problems: NumPy references, inputs, baseline kernels, roofline counts."""

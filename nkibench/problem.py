@@ -1,0 +1,144 @@
+"""The Problem contract (DESIGN.md): a NumPy reference, seeded inputs, the kernel's
+input/output layout, a baseline kernel, roofline counts and a correctness tolerance.
+
+A Problem is rebuilt in every process that needs it from its picklable `ProblemSpec`
+(name, shape parameters, suite folder), so that no closure or array crosses a process
+boundary.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class ProblemSpec:
+    """Identity of one problem instance; equal specs give equal problems."""
+
+    name: str
+    params: tuple[tuple[str, int], ...]
+    suite_dir: str = ""  # "" = a built-in problem; else a folder in the official layout
+
+    @classmethod
+    def make(cls, name: str, params: dict[str, int], suite_dir: str = "") -> "ProblemSpec":
+        return cls(name, tuple(sorted(params.items())), suite_dir)
+
+    @property
+    def param_dict(self) -> dict[str, int]:
+        return dict(self.params)
+
+    def label(self) -> str:
+        """`silu[M=4096,N=7168]`: human-readable and stable, used in cache keys and reports."""
+        return f"{self.name}[{','.join(f'{k}={v}' for k, v in self.params)}]"
+
+
+@dataclass(frozen=True)
+class Counts:
+    """Roofline counts of a problem (the paper's formulas)."""
+
+    flops_matmul: float
+    flops_vector: float
+    hbm_bytes: float
+
+
+class Problem(abc.ABC):
+    """One benchmark problem at one shape."""
+
+    spec: ProblemSpec
+    tolerance: float
+    baseline_path: Path
+    counts: Counts | None  # None: unknown, so percent of peak is reported as unknown
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def params(self) -> dict[str, int]:
+        return self.spec.param_dict
+
+    @property
+    def baseline_source(self) -> str:
+        return self.baseline_path.read_text()
+
+    @abc.abstractmethod
+    def make_inputs(self, seed: int) -> list[np.ndarray]:
+        """Fresh inputs for one seed (the reference's argument list)."""
+
+    @abc.abstractmethod
+    def reference(self, *inputs: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The expected outputs, always as a tuple."""
+
+    @abc.abstractmethod
+    def to_kernel_inputs(self, inputs: Sequence[np.ndarray]) -> list[Any]:
+        """The kernel's positional arguments built from the reference inputs."""
+
+    @abc.abstractmethod
+    def from_kernel_outputs(self, raw: Any, reference_out: tuple[np.ndarray, ...]) -> list[np.ndarray]:
+        """The kernel's return value rearranged to match `reference_out` one to one."""
+
+    # Convenience for the flop/byte properties named in DESIGN.md.
+    @property
+    def flops_matmul(self) -> float | None:
+        return self.counts.flops_matmul if self.counts else None
+
+    @property
+    def flops_vector(self) -> float | None:
+        return self.counts.flops_vector if self.counts else None
+
+    @property
+    def hbm_bytes(self) -> float | None:
+        return self.counts.hbm_bytes if self.counts else None
+
+
+def as_tuple(value: Any) -> tuple[np.ndarray, ...]:
+    return tuple(value) if isinstance(value, (tuple, list)) else (value,)
+
+
+def reshape_like(raw: Any, reference_out: tuple[np.ndarray, ...]) -> list[np.ndarray]:
+    """Default output transform: the kernel returns the outputs in reference order, maybe
+    with another shape of the same size (NKIBench's `transform_nki_outputs`)."""
+    outs = as_tuple(raw)
+    if len(outs) != len(reference_out):
+        raise ValueError(f"kernel returned {len(outs)} output(s), expected {len(reference_out)}")
+    result = []
+    for i, (o, r) in enumerate(zip(outs, reference_out)):
+        o = np.asarray(o)
+        if o.size != np.size(r):
+            raise ValueError(
+                f"output {i} has {o.size} elements (shape {o.shape}), expected {np.size(r)} (shape {np.shape(r)})"
+            )
+        result.append(o.reshape(np.shape(r)))
+    return result
+
+
+@dataclass
+class BuiltinProblem(Problem):
+    """A problem defined by a module in `nkibench/problems/` (see `silu.py` for the layout)."""
+
+    spec: ProblemSpec
+    module: Any = field(repr=False)
+    tolerance: float = 2e-5
+    baseline_path: Path = Path()
+    counts: Counts | None = None
+
+    def make_inputs(self, seed: int) -> list[np.ndarray]:
+        return list(self.module.make_inputs(np.random.default_rng(seed), **self.params))
+
+    def reference(self, *inputs: np.ndarray) -> tuple[np.ndarray, ...]:
+        return as_tuple(self.module.reference(*inputs))
+
+    def to_kernel_inputs(self, inputs: Sequence[np.ndarray]) -> list[Any]:
+        convert = getattr(self.module, "to_kernel_inputs", None)
+        return list(convert(list(inputs), **self.params)) if convert else list(inputs)
+
+    def from_kernel_outputs(self, raw: Any, reference_out: tuple[np.ndarray, ...]) -> list[np.ndarray]:
+        convert = getattr(self.module, "from_kernel_outputs", None)
+        if convert:
+            return list(convert(raw, reference_out, **self.params))
+        return reshape_like(raw, reference_out)

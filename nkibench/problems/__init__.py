@@ -1,0 +1,1 @@
+"""Built-in problems, one module each (layout documented in `silu.py`)."""

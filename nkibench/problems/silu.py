@@ -1,0 +1,38 @@
+"""silu: y = x * sigmoid(x) = x / (1 + exp(-x)) over an (M, N) fp32 matrix (NKIBench `silu`).
+
+Module layout shared by every built-in problem:
+  PARAMS      names of the shape parameters
+  SHAPES      named shapes; "paper" is the registry default, "small" is for tests
+  TOLERANCE   L2 relative error bound of the correctness gate
+  BASELINE    file name of the baseline kernel in nkibench/baselines/
+  make_inputs(rng, **shape) -> list of arrays     (rng: a np.random.Generator per seed)
+  reference(*inputs) -> array or tuple of arrays
+  counts(**shape) -> Counts                        (the paper's flop and byte formulas)
+  to_kernel_inputs / from_kernel_outputs          optional; default: identity / reshape
+"""
+
+import numpy as np
+
+from ..problem import Counts
+
+PARAMS = ("M", "N")
+SHAPES = {
+    "paper": {"M": 4096, "N": 7168},
+    "small": {"M": 256, "N": 1024},
+    "tiny": {"M": 128, "N": 512},
+}
+TOLERANCE = 2e-5
+BASELINE = "silu.py"
+
+
+def make_inputs(rng: np.random.Generator, M: int, N: int) -> list[np.ndarray]:
+    return [rng.standard_normal((M, N), dtype=np.float32)]
+
+
+def reference(x: np.ndarray) -> np.ndarray:
+    return x / (1 + np.exp(-x))
+
+
+def counts(M: int, N: int) -> Counts:
+    # AccelOpt: 3 vector ops per element (exp, add, divide); read x, write y.
+    return Counts(flops_matmul=0.0, flops_vector=3.0 * M * N, hbm_bytes=(M * N + N * M) * 4.0)

@@ -1,0 +1,68 @@
+"""Finding problems by name: built-in modules, or a folder in the official NKIBench layout."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import pkgutil
+from importlib import resources
+from pathlib import Path
+
+from . import problems as _problems_pkg
+from .problem import BuiltinProblem, Problem, ProblemSpec
+
+
+class ProblemError(ValueError):
+    """A problem name, shape or suite folder that cannot be used; the message says why."""
+
+
+def builtin_names() -> list[str]:
+    return sorted(m.name for m in pkgutil.iter_modules(_problems_pkg.__path__) if not m.name.startswith("_"))
+
+
+def _module(name: str):
+    if name not in builtin_names():
+        raise ProblemError(f"unknown problem '{name}' (built-in: {', '.join(builtin_names())})")
+    return importlib.import_module(f"{_problems_pkg.__name__}.{name}")
+
+
+def shape_names(name: str) -> list[str]:
+    return list(_module(name).SHAPES)
+
+
+def make_spec(name: str, shape: str = "paper", params: dict[str, int] | None = None,
+              suite_dir: str = "") -> ProblemSpec:
+    """The spec of problem `name` at the named `shape`, with single parameters overridden."""
+    if suite_dir:
+        from .official import official_spec  # the official layout has fixed shapes per case
+
+        return official_spec(suite_dir, name, params or {})
+    mod = _module(name)
+    if shape not in mod.SHAPES:
+        raise ProblemError(f"problem '{name}' has no shape '{shape}' (known: {', '.join(mod.SHAPES)})")
+    values = dict(mod.SHAPES[shape])
+    for k, v in (params or {}).items():
+        if k not in mod.PARAMS:
+            raise ProblemError(f"problem '{name}' has no shape parameter '{k}' (known: {', '.join(mod.PARAMS)})")
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ProblemError(f"shape parameter {name}.{k} must be a positive integer, got {v!r}")
+        values[k] = v
+    return ProblemSpec.make(name, values)
+
+
+@functools.lru_cache(maxsize=64)
+def load(spec: ProblemSpec) -> Problem:
+    """Build the Problem for a spec (cached per process)."""
+    if spec.suite_dir:
+        from .official import load_official
+
+        return load_official(spec)
+    mod = _module(spec.name)
+    baseline = Path(str(resources.files(__package__).joinpath("baselines", mod.BASELINE)))
+    return BuiltinProblem(
+        spec=spec,
+        module=mod,
+        tolerance=mod.TOLERANCE,
+        baseline_path=baseline,
+        counts=mod.counts(**spec.param_dict),
+    )

@@ -1,0 +1,1 @@
+"""Variation operators: LLM mutation / crossover / repair / summarizer and offline knob tuning."""
