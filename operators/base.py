@@ -1,0 +1,86 @@
+"""What every set of variation operators receives and returns.
+
+The engine asks for a whole generation's offspring at once (`Operators.vary`), so that an
+implementation can run its work concurrently (LLM calls) or sequentially (knob tuning).
+Operators see parents as plain values and never evaluate anything themselves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, Sequence
+
+import numpy as np
+
+MUTATION = "mutation"
+CROSSOVER = "crossover"
+
+
+@dataclass(frozen=True)
+class Parent:
+    """A correct kernel as the operators see it."""
+
+    id: str
+    source: str
+    speedup: float | None = None
+    latency_ms: float | None = None
+    percent_of_peak: float | None = None
+    profile: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request for offspring: a mutation of one parent or a crossover of two."""
+
+    kind: str                     # MUTATION or CROSSOVER
+    parents: tuple[Parent, ...]
+
+
+@dataclass
+class Child:
+    """A kernel an operator produced, or the record of an operator failure (source None)."""
+
+    source: str | None
+    operator: str                 # e.g. "tune_mutation", "llm_mutation", "llm_crossover"
+    parent_ids: tuple[str, ...]
+    note: str = ""                # what the operator did (a plan, the knob it moved)
+    error: str = ""               # why no source came back (operator failure)
+
+
+@dataclass(frozen=True)
+class Lesson:
+    """One entry of the optimization memory as prompts show it."""
+
+    problem: str
+    kind: str                     # "improvement" or "regression"
+    speedup: float
+    rationale: str
+    diff: str
+
+
+@dataclass
+class Context:
+    """What operators may know about the problem at hand."""
+
+    problem: str                  # problem name
+    reference_source: str         # the NumPy reference, as text (shown in prompts)
+    generation: int
+    rng: np.random.Generator      # the only source of randomness operators may use
+    lessons: Sequence[Lesson] = ()
+    baseline_source: str = ""
+
+
+class Operators(Protocol):
+    """A set of variation operators (offline tuning, LLM, or a mix)."""
+
+    name: str
+
+    def vary(self, requests: Sequence[Request], ctx: Context) -> list[list[Child]]:
+        """Children for each request (same order); an empty list or a Child with `error`
+        when the operator could not produce one."""
+
+    def repair(self, failed: Sequence[tuple[Child, str]], ctx: Context) -> list[Child | None]:
+        """A fixed version of each failed child given its error message, or None."""
+
+    def summarize(self, pairs: Sequence[tuple[Parent, Parent, float]], ctx: Context) -> list[str]:
+        """A rationale for each (parent, child, speedup ratio) pair for the memory."""
