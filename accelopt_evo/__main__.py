@@ -1,0 +1,7 @@
+"""`python -m accelopt_evo`."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

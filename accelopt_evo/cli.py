@@ -1,0 +1,219 @@
+"""`python -m accelopt_evo` / `accelopt-evo`: run, resume, eval, problems, report, model-check.
+
+Every error a user can cause ends with one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from . import config as config_mod
+from .errors import UserError
+
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (no usage dump) and exit status 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UserError(f"{self.prog}: {message}")
+
+
+def _config_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", metavar="FILE.toml", help="TOML file with settings (see README: Configuration)")
+    p.add_argument("--preset", default="default", help="shipped preset to start from (default, paper)")
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="override one setting; repeatable (e.g. --set selection.tournament_size=5)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="accelopt-evo", description="Evolutionary, LLM-driven optimization of Trainium NKI kernels.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    run = sub.add_parser("run", help="start a new run")
+    run.add_argument("--gens", type=int, help="generations after the initial population (default: run.gens, 20)")
+    run.add_argument("--problem", nargs="+", action="extend", metavar="NAME", help="problem(s) to optimize (default: silu)")
+    run.add_argument("--suite", choices=["nkibench"], help="every problem of a suite")
+    run.add_argument("--suite-dir", metavar="PATH", help="a folder in the official NKIBench layout")
+    run.add_argument("--out", metavar="DIR", help="parent folder of run folders (default: runs)")
+    run.add_argument("--run-id", metavar="ID", help="name of the run folder (default: a timestamp)")
+    run.add_argument("--seed", type=int, help="random seed of the run (default: 0)")
+    run.add_argument("--backend", choices=config_mod.BACKENDS, help="evaluation backend (default: auto)")
+    run.add_argument("--operators", choices=config_mod.OPERATOR_KINDS, help="variation operators (default: auto)")
+    run.add_argument("--no-progress", action="store_true", help="no progress bars")
+    _config_flags(run)
+
+    resume = sub.add_parser("resume", help="continue a run from its newest checkpoint")
+    resume.add_argument("run_dir", metavar="RUN_DIR")
+    resume.add_argument("--gens", type=int, help="new total number of generations (default: the run's)")
+    resume.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+    ev = sub.add_parser("eval", help="evaluate one kernel file")
+    ev.add_argument("kernel", metavar="KERNEL.py")
+    ev.add_argument("--problem", required=True, metavar="NAME")
+    ev.add_argument("--suite-dir", metavar="PATH", help="a folder in the official NKIBench layout")
+    ev.add_argument("--backend", choices=config_mod.BACKENDS)
+    ev.add_argument("--json", action="store_true", help="print the EvalResult as one JSON object")
+    _config_flags(ev)
+
+    probs = sub.add_parser("problems", help="list the benchmark problems")
+    probs.add_argument("--suite-dir", metavar="PATH", help="a folder in the official NKIBench layout")
+    probs.add_argument("--json", action="store_true", help="print a JSON list")
+    probs.add_argument("--simulate", action="store_true", help="also estimate each baseline's latency (slower)")
+
+    rep = sub.add_parser("report", help="write RUN_DIR/report.md and RUN_DIR/plots/*.png")
+    rep.add_argument("run_dir", metavar="RUN_DIR")
+
+    mc = sub.add_parser("model-check", help="compare the performance model with hardware measurements")
+    mc.add_argument("--measurements", required=True, metavar="FILE.json")
+    mc.add_argument("--suite-dir", metavar="PATH", help="folder of the measured kernels (default: beside FILE)")
+    mc.add_argument("--json", action="store_true")
+    return parser
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def _resolve(args: argparse.Namespace, overrides: dict[str, Any]) -> config_mod.Config:
+    return config_mod.resolve(args.preset, args.config, args.sets, overrides)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .runfolder import new_run_id
+    from .runner import start_run
+
+    run: dict[str, Any] = {}
+    for flag, key in (("gens", "gens"), ("seed", "seed"), ("out", "out"), ("suite", "suite"), ("suite_dir", "suite_dir")):
+        if getattr(args, flag) is not None:
+            run[key] = getattr(args, flag)
+    if args.problem:
+        run["problems"] = args.problem
+    overrides: dict[str, Any] = {"run": run}
+    if args.backend:
+        overrides["evaluation"] = {"backend": args.backend}
+    if args.operators:
+        overrides["operators"] = {"kind": args.operators}
+    cfg = _resolve(args, overrides)
+    outcome = start_run(cfg, args.run_id or new_run_id(), progress=not args.no_progress)
+    _print_outcome(outcome)
+    return 0
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    from .runner import resume_run
+
+    if args.gens is not None and args.gens < 0:
+        raise UserError("--gens must be >= 0")
+    _print_outcome(resume_run(args.run_dir, args.gens, progress=not args.no_progress))
+    return 0
+
+
+def _print_outcome(outcome: Any) -> None:
+    for name, b in outcome.best.items():
+        pct = f"{b['percent_of_peak']:.1f}% of peak" if b["percent_of_peak"] is not None else "% of peak unknown"
+        label = f"simulated estimate for {outcome.target}" if b["backend"] == "simulator" else f"measured on {b['backend']}"
+        print(f"best {name}: {b['path']}  speedup {b['speedup']:.3f}x over the baseline, {pct} "
+              f"({b['latency_ms']:.4f} ms; {label})")
+    report = getattr(outcome, "report_path", None)
+    if report:
+        print(f"report: {report}")
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    path = Path(args.kernel)
+    try:
+        source = path.read_text()
+    except OSError as exc:
+        raise UserError(f"cannot read kernel file '{path}': {exc.strerror or exc}") from None
+    from fitness.service import Evaluator
+
+    from .runner import eval_settings, load_problems, problem_specs
+
+    overrides: dict[str, Any] = {"run": {"problems": [args.problem]}}
+    if args.suite_dir:
+        overrides["run"]["suite_dir"] = args.suite_dir
+    if args.backend:
+        overrides["evaluation"] = {"backend": args.backend}
+    cfg = _resolve(args, overrides)
+    (problem,) = load_problems(problem_specs(cfg))
+    with Evaluator(eval_settings(cfg), run_dir=None) as evaluator:
+        result = evaluator.evaluate(problem.spec, source)
+    if args.json:
+        print(json.dumps(result.to_dict(), sort_keys=True))
+    else:
+        print(_describe_result(result))
+    return 0
+
+
+def _describe_result(r: Any) -> str:
+    if not r.ok:
+        return f"{r.status}: {r.error}"
+    label = "simulated estimate" if r.backend == "simulator" else f"measured on {r.backend}"
+    pct = f", {r.percent_of_peak:.1f}% of peak" if r.percent_of_peak is not None else ", % of peak unknown"
+    lines = [f"ok: {r.latency_ms:.4f} ms ({label} for {r.target}), speedup {r.speedup:.3f}x{pct}"]
+    if r.profile.get("bottleneck"):
+        lines.append(str(r.profile["bottleneck"]))
+    return "\n".join(lines)
+
+
+def cmd_problems(args: argparse.Namespace) -> int:
+    from nkibench.listing import format_problem_table, problem_rows
+    from nkibench.registry import ProblemError
+
+    try:
+        rows = problem_rows(args.suite_dir, simulate=args.simulate)
+    except ProblemError as exc:
+        raise UserError(str(exc)) from None
+    print(json.dumps(rows, indent=1) if args.json else format_problem_table(rows))
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from .runfolder import RunFolder
+
+    folder = RunFolder.open(args.run_dir)
+    from .report import write_report
+
+    path = write_report(folder)
+    print(f"report: {path}")
+    return 0
+
+
+def cmd_model_check(args: argparse.Namespace) -> int:
+    path = Path(args.measurements)
+    if not path.is_file():
+        raise UserError(f"measurements file '{path}' does not exist")
+    from fitness.simulator.perf.check import format_model_check, model_check
+
+    try:
+        result = model_check(path, args.suite_dir)
+    except (ValueError, KeyError, OSError) as exc:
+        raise UserError(f"model-check: {exc}") from None
+    print(json.dumps(result, indent=1, sort_keys=True) if args.json else format_model_check(result))
+    return 0
+
+
+COMMANDS = {"run": cmd_run, "resume": cmd_resume, "eval": cmd_eval, "problems": cmd_problems,
+            "report": cmd_report, "model-check": cmd_model_check}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        return COMMANDS[args.command](args)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("interrupted; a run can be continued with: python -m accelopt_evo resume RUN_DIR", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,354 @@
+"""The evolutionary loop on DEAP: one population per problem, one shared optimization memory.
+
+A generation, per problem (DESIGN.md "Data flow of one generation"):
+select parents -> vary (operators) -> dedupe -> evaluate -> repair -> memory update ->
+(mu + lambda) survivors with elitism -> hall of fame, logbook. The runner checkpoints after
+each generation; everything the loop needs to continue is in `Engine.state_dict()`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol, Sequence
+
+import numpy as np
+from deap import base, tools
+
+from fitness.normalize import kernel_id
+from fitness.result import EvalResult
+from nkibench.problem import Problem
+from operators.base import CROSSOVER, MUTATION, Child, Context, Operators, Parent, Request
+
+from .config import Config
+from .individual import KernelRecord, ProblemState, kernel_from_meta, new_kernel
+from .memory import Candidate, OptimizationMemory
+from .selection import select_distinct, selection_operator
+
+HALL_OF_FAME_SIZE = 10
+DIFF_LINES = 80
+
+
+class Evaluator(Protocol):
+    """What the engine needs of the evaluation service (fitness.service.Evaluator)."""
+
+    def evaluate_many(self, spec: Any, sources: Sequence[str], progress: bool | str = False) -> list[EvalResult]: ...
+
+    def baseline(self, spec: Any) -> EvalResult: ...
+
+
+@dataclass
+class EvalRecord:
+    """One line of evaluations.jsonl."""
+
+    generation: int
+    problem: str
+    kernel_id: str
+    operator: str
+    parent_ids: tuple[str, ...]
+    reused: bool                      # an identical kernel was evaluated earlier in the run
+    result: EvalResult
+
+    def to_dict(self) -> dict[str, Any]:
+        d = self.result.to_dict()
+        d.update(generation=self.generation, problem=self.problem, kernel_id=self.kernel_id,
+                 operator=self.operator, parent_ids=list(self.parent_ids), reused=self.reused)
+        return d
+
+
+@dataclass
+class GenerationReport:
+    generation: int
+    problem: str
+    entry: dict[str, Any]                       # the logbook entry
+    evaluations: list[EvalRecord] = field(default_factory=list)
+    new_kernels: dict[str, str] = field(default_factory=dict)   # id -> source
+
+    def summary(self, target: str) -> str:
+        e = self.entry
+        pct = f"{e['best_percent_of_peak']:.1f}% of peak (simulated {target})" if e["best_percent_of_peak"] else "% of peak unknown"
+        return (f"gen {self.generation:>3} {self.problem}: best speedup {e['best_speedup']:.3f}x, {pct}, "
+                f"valid {e['valid']}/{e['offspring']} offspring")
+
+
+def parent_view(ind: KernelRecord) -> Parent:
+    r = ind.result
+    return Parent(ind.id, ind.source, r.speedup if r else None, r.latency_ms if r else None,
+                  r.percent_of_peak if r else None, dict(r.profile) if r else {})
+
+
+def unified_diff(a: str, b: str, limit: int = DIFF_LINES) -> str:
+    lines = list(difflib.unified_diff(a.splitlines(), b.splitlines(), "parent.py", "child.py", lineterm=""))
+    if len(lines) > limit:
+        lines = lines[:limit] + [f"... ({len(lines) - limit} more diff lines)"]
+    return "\n".join(lines)
+
+
+class Engine:
+    """Evolves the populations of several problems with DEAP and shared memory."""
+
+    def __init__(self, cfg: Config, problems: Sequence[Problem], evaluator: Evaluator, operators: Operators,
+                 memory: OptimizationMemory, *, log: Callable[[str], None] = print):
+        self.cfg = cfg
+        self.problems = {p.name: p for p in problems}
+        self.evaluator = evaluator
+        self.operators = operators
+        self.memory = memory
+        self.log = log
+        self.py_rng = random.Random(cfg.run.seed)          # DEAP selection
+        self.np_rng = np.random.default_rng(cfg.run.seed)  # variation operators
+        self.generation = -1                                # last completed generation
+        self.states: dict[str, ProblemState] = {}
+
+        self.toolbox = base.Toolbox()
+        self.toolbox.register("select", selection_operator(cfg.selection, self.py_rng))
+        self.toolbox.register("mate", lambda a, b: Request(CROSSOVER, (parent_view(a), parent_view(b))))
+        self.toolbox.register("mutate", lambda a: Request(MUTATION, (parent_view(a),)))
+        self.toolbox.register("vary", self.operators.vary)
+        self.toolbox.register("evaluate", self.evaluator.evaluate_many)
+
+        self.stats = tools.Statistics(key=lambda ind: ind.fitness.values[0])
+        for name, fn in (("avg", np.mean), ("std", np.std), ("min", np.min), ("max", np.max)):
+            self.stats.register(name, fn)
+
+    # ---------------------------------------------------------------------------------
+    def _context(self, problem: Problem) -> Context:
+        return Context(problem=problem.name, reference_source=getattr(problem, "reference_source", ""),
+                       generation=self.generation + 1, rng=self.np_rng, lessons=self.memory.lessons(),
+                       baseline_source=problem.baseline_source)
+
+    def _children_per_request(self, kind: str) -> int:
+        per = getattr(self.operators, "children_per_request", None)
+        return max(1, int(per(kind))) if per else 1
+
+    def _requests(self, state: ProblemState, count: int) -> list[Request]:
+        """Parent selection: crossover with probability cx / (cx + mut), else mutation."""
+        var = self.cfg.variation
+        p_cx = var.crossover_prob / (var.crossover_prob + var.mutation_prob)
+        parents = [ind for ind in state.population if ind.valid]
+        requests: list[Request] = []
+        expected = 0
+        while expected < count:
+            if len(parents) >= 2 and self.py_rng.random() < p_cx:
+                a, b = select_distinct(self.toolbox.select, parents, 2)
+                requests.append(self.toolbox.mate(a, b))
+                expected += self._children_per_request(CROSSOVER)
+            else:
+                (a,) = self.toolbox.select(parents, 1)
+                requests.append(self.toolbox.mutate(a))
+                expected += self._children_per_request(MUTATION)
+        return requests
+
+    def _evaluate(self, state: ProblemState, candidates: list[KernelRecord], label: str) -> list[EvalRecord]:
+        """Evaluate candidates not evaluated before in this run; reuse known results."""
+        fresh = [c for c in candidates if c.id not in state.known]
+        results = self.toolbox.evaluate(state.spec, [c.source for c in fresh], progress=label) if fresh else []
+        for c, r in zip(fresh, results):
+            state.known[c.id] = r
+        records = []
+        fresh_ids = {c.id for c in fresh}
+        for c in candidates:
+            c.result = state.known[c.id]
+            if c.valid:
+                c.fitness.values = (float(c.result.speedup),)
+            records.append(EvalRecord(self.generation + 1, state.spec.name, c.id, c.operator, c.parent_ids,
+                                      c.id not in fresh_ids, c.result))
+        return records
+
+    def _make(self, child: Child, generation: int) -> KernelRecord:
+        return new_kernel(child.source, kernel_id(child.source), parent_ids=child.parent_ids,
+                          operator=child.operator, generation=generation, note=child.note)
+
+    # ---------------------------------------------------------------------------------
+    def initialize(self) -> list[GenerationReport]:
+        """Generation 0: the baseline plus mutants of it, evaluated."""
+        reports = []
+        for name, problem in self.problems.items():
+            started = time.perf_counter()
+            base_src = problem.baseline_source
+            baseline = new_kernel(base_src, kernel_id(base_src), operator="baseline", generation=0)
+            state = ProblemState(spec=problem.spec, hall_of_fame=tools.HallOfFame(
+                HALL_OF_FAME_SIZE, similar=lambda a, b: a.id == b.id), logbook=tools.Logbook(), baseline_id=baseline.id)
+            self.states[name] = state
+            evaluations = self._evaluate(state, [baseline], f"gen 0 {name} baseline")
+            if not baseline.valid:
+                raise BaselineError(f"the baseline of '{name}' failed ({baseline.result.status}): "
+                                    f"{baseline.result.error.splitlines()[0] if baseline.result.error else ''}")
+            state.population = [baseline]
+            n_mutants = self.cfg.population.size - 1
+            ctx = self._context(problem)
+            requests = [self.toolbox.mutate(baseline) for _ in range(n_mutants)]
+            children = [c for group in self.toolbox.vary(requests, ctx) for c in group] if requests else []
+            report = self._absorb(state, problem, children, evaluations, started, generation=0, extra=[baseline])
+            reports.append(report)
+        self.generation = 0
+        return reports
+
+    def step(self) -> list[GenerationReport]:
+        """One generation for every problem."""
+        gen = self.generation + 1
+        reports = []
+        for name, problem in self.problems.items():
+            started = time.perf_counter()
+            state = self.states[name]
+            ctx = self._context(problem)
+            requests = self._requests(state, self.cfg.population.offspring)
+            children = [c for group in self.toolbox.vary(requests, ctx) for c in group]
+            reports.append(self._absorb(state, problem, children, [], started, generation=gen))
+        self.generation = gen
+        return reports
+
+    def _absorb(self, state: ProblemState, problem: Problem, children: list[Child], evaluations: list[EvalRecord],
+                started: float, generation: int, extra: Sequence[KernelRecord] = ()) -> GenerationReport:
+        """Dedupe, evaluate, repair, update memory, select survivors, record the generation."""
+        ctx = self._context(problem)
+        failed_ops = sum(1 for c in children if c.source is None)
+        in_population = {ind.id for ind in state.population}
+        offspring: list[KernelRecord] = []
+        seen: set[str] = set()
+        for child in children:
+            if child.source is None:
+                continue
+            ind = self._make(child, generation)
+            if ind.id in in_population or ind.id in seen:
+                continue
+            seen.add(ind.id)
+            offspring.append(ind)
+        produced = {ind.id: ind.source for ind in [*extra, *offspring]}
+        duplicates = sum(1 for c in children if c.source is not None) - len(offspring)
+        label = f"gen {generation} {problem.name}"
+        evaluations = evaluations + self._evaluate(state, offspring, label)
+
+        repaired = 0
+        for _attempt in range(self.cfg.variation.repair_attempts):
+            broken = [ind for ind in offspring if not ind.valid]
+            if not broken:
+                break
+            fixes = self.operators.repair([(self._as_child(ind), ind.result.error) for ind in broken], ctx)
+            fixed = []
+            for ind, fix in zip(broken, fixes):
+                if fix is None or fix.source is None:
+                    continue
+                new = self._make(fix, generation)
+                if new.id in in_population or new.id in seen:
+                    continue
+                seen.add(new.id)
+                produced[new.id] = new.source
+                fixed.append((ind, new))
+            if not fixed:
+                break
+            evaluations += self._evaluate(state, [new for _, new in fixed], f"{label} repair")
+            for old, new in fixed:
+                offspring[offspring.index(old)] = new
+                repaired += new.valid
+
+        valid = [ind for ind in offspring if ind.valid]
+        self._update_memory(state, problem, valid, ctx, generation)
+
+        pool = state.population + valid
+        size = self.cfg.population.size
+        elites = tools.selBest(pool, min(self.cfg.population.elitism, len(pool)))
+        rest = [ind for ind in pool if all(ind is not e for e in elites)]
+        state.population = elites + select_distinct(self.toolbox.select, rest, size - len(elites))
+        state.hall_of_fame.update(pool)
+
+        best = state.hall_of_fame[0]
+        entry = {
+            "gen": generation,
+            "problem": problem.name,
+            "offspring": len(children),
+            "evals": sum(1 for e in evaluations if not e.reused),
+            "reused": sum(1 for e in evaluations if e.reused),
+            "valid": len(valid),
+            "duplicates": duplicates,
+            "failed_ops": failed_ops,
+            "repaired": repaired,
+            "best_id": best.id,
+            "best_speedup": float(best.result.speedup),
+            "best_latency_ms": best.result.latency_ms,
+            "best_percent_of_peak": best.result.percent_of_peak,
+            **{k: float(v) for k, v in self.stats.compile(state.population).items()},
+            "seconds": round(time.perf_counter() - started, 3),
+        }
+        state.logbook.record(**entry)
+        return GenerationReport(generation, problem.name, entry, evaluations, produced)
+
+    @staticmethod
+    def _as_child(ind: KernelRecord) -> Child:
+        return Child(ind.source, ind.operator, ind.parent_ids, note=ind.note)
+
+    def _update_memory(self, state: ProblemState, problem: Problem, valid: list[KernelRecord], ctx: Context,
+                       generation: int) -> None:
+        by_id = {ind.id: ind for ind in state.population}
+        candidates, pairs = [], {}
+        for child in valid:
+            parents = [by_id[p] for p in child.parent_ids if p in by_id and by_id[p].valid]
+            if not parents:
+                continue
+            parent = max(parents, key=lambda p: p.result.speedup)
+            ratio = child.result.speedup / parent.result.speedup
+            cand = Candidate(problem.name, parent.id, child.id, ratio, child.operator)
+            candidates.append(cand)
+            pairs[(parent.id, child.id)] = (parent, child)
+        chosen = self.memory.select(candidates)
+        if not chosen:
+            return
+        views = [(parent_view(pairs[(c.parent_id, c.child_id)][0]), parent_view(pairs[(c.parent_id, c.child_id)][1]),
+                  c.speedup) for c in chosen]
+        rationales = self.operators.summarize(views, ctx)
+        for cand, (pv, cv, _), text in zip(chosen, views, rationales):
+            if text:
+                self.memory.add(cand, text, unified_diff(pv.source, cv.source), generation)
+
+    # ---------------------------------------------------------------------------------
+    def best(self, problem: str) -> KernelRecord:
+        return self.states[problem].hall_of_fame[0]
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue the run (sources live in kernels/<id>.py)."""
+        version, internal, gauss = self.py_rng.getstate()
+        problems = {}
+        for name, st in self.states.items():
+            problems[name] = {
+                "spec": {"name": st.spec.name, "params": st.spec.param_dict, "suite_dir": st.spec.suite_dir},
+                "baseline_id": st.baseline_id,
+                "known": {k: r.to_dict() for k, r in st.known.items()},
+            }
+        return {
+            "generation": self.generation,
+            "population": {n: [ind.meta() for ind in st.population] for n, st in self.states.items()},
+            "hall_of_fame": {n: [ind.meta() for ind in st.hall_of_fame] for n, st in self.states.items()},
+            "logbook": {n: [dict(e) for e in st.logbook] for n, st in self.states.items()},
+            "memory": self.memory.to_json(),
+            "random_state": [version, list(internal), gauss],
+            "numpy_state": self.np_rng.bit_generator.state,
+            "problems": problems,
+        }
+
+    def load_state_dict(self, data: dict[str, Any], read_kernel: Callable[[str], str]) -> None:
+        version, internal, gauss = data["random_state"]
+        self.py_rng.setstate((version, tuple(internal), gauss))
+        self.np_rng.bit_generator.state = data["numpy_state"]
+        self.memory.load_entries(data["memory"])
+        self.generation = data["generation"]
+        for name, problem in self.problems.items():
+            info = data["problems"][name]
+            state = ProblemState(spec=problem.spec, baseline_id=info["baseline_id"],
+                                 known={k: EvalResult.from_dict(r) for k, r in info["known"].items()})
+            state.population = [kernel_from_meta(m, read_kernel(m["id"])) for m in data["population"][name]]
+            hof = tools.HallOfFame(HALL_OF_FAME_SIZE, similar=lambda a, b: a.id == b.id)
+            # Restore DEAP's internal order exactly (items best first, keys ascending).
+            hof.items = [kernel_from_meta(m, read_kernel(m["id"])) for m in data["hall_of_fame"][name]]
+            hof.keys = [ind.fitness for ind in reversed(hof.items)]
+            state.hall_of_fame = hof
+            state.logbook = tools.Logbook()
+            for entry in data["logbook"][name]:
+                state.logbook.record(**entry)
+            self.states[name] = state
+
+
+class BaselineError(RuntimeError):
+    """A problem's baseline kernel does not pass its own evaluation."""
+

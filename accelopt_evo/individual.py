@@ -1,0 +1,80 @@
+"""The DEAP individual: a kernel variant with its lineage and last evaluation.
+
+`make_types()` registers the `creator` classes on first use (not at import time):
+`creator.KernelFitness` (one objective, speedup, maximized) and `creator.Kernel`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from deap import base, creator
+
+from fitness.normalize import normalize_source
+from fitness.result import EvalResult
+
+
+@dataclass(eq=False)
+class KernelRecord:
+    source: str
+    id: str
+    parent_ids: tuple[str, ...] = ()
+    operator: str = "baseline"
+    generation: int = 0
+    result: EvalResult | None = None
+    note: str = ""
+
+    def __len__(self) -> int:
+        """Code length for parsimony pressure: lines of the normalized source."""
+        return normalize_source(self.source).count("\n")
+
+    @property
+    def valid(self) -> bool:
+        return self.result is not None and self.result.ok and self.result.speedup is not None
+
+    def meta(self) -> dict[str, Any]:
+        """Everything but the source (kept in kernels/<id>.py) for checkpoints."""
+        return {
+            "id": self.id,
+            "parent_ids": list(self.parent_ids),
+            "operator": self.operator,
+            "generation": self.generation,
+            "note": self.note,
+            "result": self.result.to_dict() if self.result else None,
+        }
+
+
+def make_types() -> None:
+    if not hasattr(creator, "KernelFitness"):
+        creator.create("KernelFitness", base.Fitness, weights=(1.0,))
+    if not hasattr(creator, "Kernel"):
+        creator.create("Kernel", KernelRecord, fitness=creator.KernelFitness)
+
+
+def new_kernel(source: str, id: str, **meta: Any) -> Any:
+    """A `creator.Kernel` whose fitness is set from its result when the kernel is valid."""
+    make_types()
+    ind = creator.Kernel(source, id, **meta)
+    if ind.valid:
+        ind.fitness.values = (float(ind.result.speedup),)
+    return ind
+
+
+def kernel_from_meta(meta: dict[str, Any], source: str) -> Any:
+    result = EvalResult.from_dict(meta["result"]) if meta.get("result") else None
+    return new_kernel(source, meta["id"], parent_ids=tuple(meta.get("parent_ids", ())),
+                      operator=meta.get("operator", ""), generation=meta.get("generation", 0),
+                      result=result, note=meta.get("note", ""))
+
+
+@dataclass
+class ProblemState:
+    """Per-problem evolutionary state: population, hall of fame, logbook and known kernels."""
+
+    spec: Any                                   # nkibench.problem.ProblemSpec
+    population: list[Any] = field(default_factory=list)
+    hall_of_fame: Any = None                    # deap.tools.HallOfFame
+    logbook: Any = None                         # deap.tools.Logbook
+    known: dict[str, EvalResult] = field(default_factory=dict)   # every kernel id evaluated
+    baseline_id: str = ""

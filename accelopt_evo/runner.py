@@ -1,0 +1,276 @@
+"""Composition root of a run: builds the parts from the config, drives the engine, persists
+every generation and checkpoint, and resumes from the newest checkpoint."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+from tqdm import tqdm
+
+from nkibench import registry
+from nkibench.problem import Problem
+from operators.tuning import TuningOperators
+
+from . import config as config_mod
+from .config import Config
+from .engine import BaselineError, Engine, GenerationReport
+from .errors import UserError
+from .files import append_jsonl, read_jsonl, write_json_atomic, write_text_atomic
+from .memory import OptimizationMemory
+from .runfolder import RunFolder
+
+CHECKPOINT_VERSION = 1
+
+
+# --------------------------------------------------------------------------------------------
+# Building the parts.
+
+
+def problem_specs(cfg: Config) -> list[Any]:
+    """The ProblemSpecs a config asks for (names, suite, shapes), validated."""
+    run = cfg.run
+    names = list(run.problems)
+    if run.suite == "nkibench":
+        names = registry.builtin_names() if not run.suite_dir else _official_names(run.suite_dir)
+    unknown_shapes = [n for n in cfg.shapes if n not in names]
+    if unknown_shapes:
+        raise UserError(f"config table 'shapes.{unknown_shapes[0]}' names a problem this run does not include")
+    specs = []
+    for name in dict.fromkeys(names):  # keep order, drop repeats
+        try:
+            specs.append(registry.make_spec(name, run.shape, cfg.shapes.get(name), suite_dir=run.suite_dir))
+        except registry.ProblemError as exc:
+            raise UserError(str(exc)) from None
+    return specs
+
+
+def _official_names(suite_dir: str) -> list[str]:
+    from nkibench.official import official_names
+
+    try:
+        return official_names(suite_dir)
+    except registry.ProblemError as exc:
+        raise UserError(str(exc)) from None
+
+
+def load_problems(specs: list[Any]) -> list[Problem]:
+    problems = []
+    for spec in specs:
+        try:
+            problems.append(registry.load(spec))
+        except registry.ProblemError as exc:
+            raise UserError(str(exc)) from None
+    return problems
+
+
+def heldout_seeds(run_seed: int, count: int, visible: list[int]) -> tuple[int, ...]:
+    """Extra correctness seeds derived from the run seed; they are never shown to an LLM."""
+    rng = np.random.default_rng([run_seed, 0x5EED])
+    seeds: list[int] = []
+    while len(seeds) < count:
+        s = int(rng.integers(1_000, 2**31 - 1))
+        if s not in visible and s not in seeds:
+            seeds.append(s)
+    return tuple(seeds)
+
+
+def eval_settings(cfg: Config) -> Any:
+    """The fitness.settings.EvalSettings of a config."""
+    from fitness.settings import EvalSettings
+
+    e = cfg.evaluation
+    return EvalSettings(backend=e.backend, target=e.target, seeds=tuple(e.seeds),
+                        heldout_seeds=heldout_seeds(cfg.run.seed, e.heldout_seeds, e.seeds), rel_tol=e.rel_tol,
+                        timeout_s=e.timeout_s, memory_limit_mb=e.memory_limit_mb, workers=e.workers,
+                        cache_dir=e.cache_dir)
+
+
+def choose_operators(cfg: Config, folder: RunFolder | None) -> tuple[Any, str]:
+    """The operator set for `operators.kind`, and a one-line reason for the choice."""
+    kind = cfg.operators.kind
+    if kind == "tuning":
+        return TuningOperators(), "operators.kind = tuning: offline knob-tuning operators"
+    if kind == "auto" and not cfg.llm.base_url:
+        return TuningOperators(), "operators.kind = auto and no llm.base_url is set: offline knob-tuning operators"
+    if not cfg.llm.base_url or not cfg.llm.model:
+        raise UserError("operators.kind = llm needs llm.base_url and llm.model")
+    from operators import llm  # imported only when an endpoint is configured
+
+    return llm.build_operators(cfg, folder.root if folder else None, tuning=TuningOperators())
+
+
+def new_memory(cfg: Config, seed: bool = True) -> OptimizationMemory:
+    """An empty memory, seeded from `memory.path` when `seed` and a path is set."""
+    m = cfg.memory
+    memory = OptimizationMemory(m.capacity, m.per_generation, m.improve_threshold, m.regress_threshold)
+    if seed and m.path:
+        try:
+            memory.load_entries(OptimizationMemory.read_file(m.path))
+        except (ValueError, TypeError) as exc:
+            raise UserError(f"memory.path: {exc}") from None
+    return memory
+
+
+# --------------------------------------------------------------------------------------------
+# Running.
+
+
+@dataclass
+class Outcome:
+    folder: RunFolder
+    best: dict[str, dict[str, Any]]      # problem -> {path, speedup, percent_of_peak, latency_ms}
+    stop_reason: str | None
+    target: str
+
+
+class Run:
+    """A run in its folder: persists each generation and checkpoints atomically."""
+
+    def __init__(self, cfg: Config, folder: RunFolder, engine: Engine, operators: Any, *,
+                 progress: bool = True, log: Callable[[str], None] = tqdm.write):
+        self.cfg = cfg
+        self.folder = folder
+        self.engine = engine
+        self.operators = operators
+        self.progress = progress
+        self.log = log
+
+    def persist(self, reports: list[GenerationReport]) -> None:
+        for rep in reports:
+            for kid, src in rep.new_kernels.items():
+                self.folder.write_kernel(kid, src)
+            for ev in rep.evaluations:
+                append_jsonl(self.folder.evaluations, ev.to_dict())
+            best = self.engine.best(rep.problem)
+            write_text_atomic(self.folder.best / f"{rep.problem}.py", best.source)
+            self.log(rep.summary(self.cfg.evaluation.target))
+        write_json_atomic(self.folder.memory, {"entries": self.engine.memory.to_json()})
+        state = self.engine.state_dict()
+        state.update(version=CHECKPOINT_VERSION, config_hash=self.cfg.hash(), written=time.time(),
+                     llm_totals=_ledger_totals(self.operators))
+        write_json_atomic(self.folder.checkpoint_path(self.engine.generation), state)
+
+    def stop_reason(self) -> str | None:
+        fn = getattr(self.operators, "stop_reason", None)
+        return fn() if fn else None
+
+    def until(self, gens: int) -> Outcome:
+        if self.engine.generation < 0:
+            self.persist(self.engine.initialize())
+        stop = self.stop_reason()
+        with tqdm(total=gens, initial=min(self.engine.generation, gens), desc="generations", unit="gen",
+                  disable=not self.progress, dynamic_ncols=True) as bar:
+            while self.engine.generation < gens and stop is None:
+                self.persist(self.engine.step())
+                bar.update(1)
+                stop = self.stop_reason()
+        if stop:
+            self.log(f"run stopped after generation {self.engine.generation}: {stop}")
+        return self.outcome(stop)
+
+    def outcome(self, stop: str | None) -> Outcome:
+        best = {}
+        for name in self.engine.states:
+            ind = self.engine.best(name)
+            best[name] = {"path": str(self.folder.best / f"{name}.py"), "kernel_id": ind.id,
+                          "speedup": ind.result.speedup, "percent_of_peak": ind.result.percent_of_peak,
+                          "latency_ms": ind.result.latency_ms, "backend": ind.result.backend}
+        return Outcome(self.folder, best, stop, self.cfg.evaluation.target)
+
+
+def _ledger_totals(operators: Any) -> dict[str, Any]:
+    fn = getattr(operators, "ledger_totals", None)
+    return fn() if fn else {}
+
+
+def open_evaluator(cfg: Config, folder: RunFolder) -> Any:
+    """The evaluation service of a run (a context manager); tests may pass another factory."""
+    from fitness.service import Evaluator
+
+    return Evaluator(eval_settings(cfg), run_dir=folder.root)
+
+
+EvaluatorFactory = Callable[[Config, RunFolder], Any]
+
+
+def start_run(cfg: Config, run_id: str, *, progress: bool = True, log: Callable[[str], None] = tqdm.write,
+              evaluator_factory: EvaluatorFactory = open_evaluator) -> Outcome:
+    """`run`: a new run folder, generation 0, then generations up to `cfg.run.gens`."""
+    problems = load_problems(problem_specs(cfg))
+    memory = new_memory(cfg)
+    folder = RunFolder.create(cfg.run.out, run_id)
+    write_text_atomic(folder.config, config_mod.to_toml(cfg))
+    log(f"run folder: {folder.root}")
+    operators, why = choose_operators(cfg, folder)
+    log(f"operators: {why}")
+    return _drive(cfg, folder, problems, operators, memory, None, cfg.run.gens, progress, log, evaluator_factory)
+
+
+def resume_run(path: str | Path, gens: int | None = None, *, progress: bool = True,
+               log: Callable[[str], None] = tqdm.write, evaluator_factory: EvaluatorFactory = open_evaluator) -> Outcome:
+    """`resume`: continue a run from its newest readable checkpoint up to `gens` in total."""
+    folder = RunFolder.open(path)
+    cfg = _saved_config(folder)
+    checkpoint = newest_checkpoint(folder, cfg)
+    problems = load_problems(problem_specs(cfg))
+    operators, why = choose_operators(cfg, folder)
+    log(f"resuming {folder.root} from generation {checkpoint['generation']}; operators: {why}")
+    _truncate_evaluations(folder, checkpoint["generation"])
+    # The checkpoint restores the memory (including entries first read from memory.path).
+    return _drive(cfg, folder, problems, operators, new_memory(cfg, seed=False), checkpoint,
+                  cfg.run.gens if gens is None else gens, progress, log, evaluator_factory)
+
+
+def _drive(cfg: Config, folder: RunFolder, problems: list[Problem], operators: Any, memory: OptimizationMemory,
+           checkpoint: dict[str, Any] | None, gens: int, progress: bool, log: Callable[[str], None],
+           evaluator_factory: EvaluatorFactory) -> Outcome:
+    with evaluator_factory(cfg, folder) as evaluator:
+        name, why = evaluator.backend_choice
+        log(f"evaluation: backend {name} ({why}), target {cfg.evaluation.target}")
+        engine = Engine(cfg, problems, evaluator, operators, memory, log=log)
+        if checkpoint is not None:
+            engine.load_state_dict(checkpoint, folder.read_kernel)
+        run = Run(cfg, folder, engine, operators, progress=progress, log=log)
+        try:
+            return run.until(gens)
+        except BaselineError as exc:
+            raise UserError(str(exc)) from None
+
+
+def _saved_config(folder: RunFolder) -> Config:
+    try:
+        data = config_mod.load_file(folder.config)
+        return config_mod.from_dict(data)
+    except UserError as exc:
+        raise UserError(f"run folder '{folder.root}': {exc}") from None
+
+
+def newest_checkpoint(folder: RunFolder, cfg: Config) -> dict[str, Any]:
+    """The newest checkpoint that reads back whole and matches the run's config."""
+    files = folder.checkpoint_files()
+    if not files:
+        raise UserError(f"run folder '{folder.root}' has no checkpoint to resume from")
+    for _gen, path in reversed(files):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue  # never written by us half-way, but a copied folder may hold a damaged file
+        if data.get("version") != CHECKPOINT_VERSION:
+            raise UserError(f"checkpoint '{path}' has format version {data.get('version')}, expected {CHECKPOINT_VERSION}")
+        if data.get("config_hash") != cfg.hash():
+            raise UserError(f"checkpoint '{path}' was written with another configuration (config.toml changed)")
+        return data
+    raise UserError(f"run folder '{folder.root}' has no readable checkpoint")
+
+
+def _truncate_evaluations(folder: RunFolder, generation: int) -> None:
+    """Drop log lines of a generation that did not reach its checkpoint; it is re-run."""
+    if not folder.evaluations.exists():
+        return
+    kept = [r for r in read_jsonl(folder.evaluations) if r.get("generation", 0) <= generation]
+    write_text_atomic(folder.evaluations, "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))

@@ -1,0 +1,80 @@
+import pytest
+
+from accelopt_evo import config as cfgmod
+from accelopt_evo.errors import UserError
+
+
+def test_defaults_are_valid_and_default_preset_changes_nothing():
+    assert cfgmod.resolve() == cfgmod.Config()
+    assert set(cfgmod.preset_names()) >= {"default", "paper"}
+
+
+def test_file_then_set_override_order(tmp_path):
+    f = tmp_path / "c.toml"
+    f.write_text("[population]\nsize = 12\noffspring = 6\n[selection]\nmethod = 'best'\n")
+    cfg = cfgmod.resolve(config_file=f, sets=["population.size=20"])
+    assert cfg.population.size == 20 and cfg.population.offspring == 6 and cfg.selection.method == "best"
+
+
+@pytest.mark.parametrize("assignment, path, expected", [
+    ("selection.tournament_size=5", ("selection", "tournament_size"), 5),
+    ("variation.crossover_prob=0.5", ("variation", "crossover_prob"), 0.5),
+    ("variation.crossover_prob=1", ("variation", "crossover_prob"), 1.0),   # int widens to float
+    ("run.report=false", ("run", "report"), False),
+    ("evaluation.seeds=[1, 2, 3]", ("evaluation", "seeds"), [1, 2, 3]),
+    ("llm.model=gpt-oss-120b", ("llm", "model"), "gpt-oss-120b"),          # bare word -> str
+    ("llm.base_url=http://127.0.0.1:8000/v1", ("llm", "base_url"), "http://127.0.0.1:8000/v1"),
+    ('llm.model="quoted"', ("llm", "model"), "quoted"),
+])
+def test_set_values_keep_their_types(assignment, path, expected):
+    cfg = cfgmod.resolve(sets=[assignment])
+    value = getattr(getattr(cfg, path[0]), path[1])
+    assert value == expected and type(value) is type(expected)
+
+
+def test_set_nested_role_and_shapes():
+    cfg = cfgmod.resolve(sets=["llm.roles.planner.model=small", "shapes.silu.M=256"])
+    assert cfg.llm.roles.planner.model == "small"
+    assert cfg.llm.roles.implementer.model is None
+    assert cfg.shapes == {"silu": {"M": 256}}
+
+
+@pytest.mark.parametrize("assignment, message", [
+    ("population.size=abc", "population.size"),
+    ("population.size=1.5", "population.size"),
+    ("population.size=true", "population.size"),
+    ("run.problems=silu", "run.problems"),
+    ("population.bogus=1", "population.bogus"),
+    ("nosuch.key=1", "nosuch"),
+    ("selection.method=lottery", "selection.method"),
+    ("population.elitism=99", "population.elitism"),
+    ("evaluation.target=trn9", "evaluation.target"),
+    ("shapes.silu.M=big", "shapes.silu.M"),
+    ("novalue", "section.key=value"),
+])
+def test_bad_values_name_the_key(assignment, message):
+    with pytest.raises(UserError) as err:
+        cfgmod.resolve(sets=[assignment])
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_bad_files(tmp_path):
+    with pytest.raises(UserError, match="cannot read config file"):
+        cfgmod.resolve(config_file=tmp_path / "missing.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[run\nseed = 1\n")
+    with pytest.raises(UserError, match="invalid TOML"):
+        cfgmod.resolve(config_file=bad)
+    unknown = tmp_path / "unknown.toml"
+    unknown.write_text("[run]\nsede = 1\n")
+    with pytest.raises(UserError, match="run.sede"):
+        cfgmod.resolve(config_file=unknown)
+
+
+def test_toml_round_trip_keeps_values_and_hash():
+    cfg = cfgmod.resolve(preset="paper", sets=["llm.roles.planner.model=p", "shapes.silu.N=512",
+                                              "llm.extra={reasoning_effort = 'high'}"])
+    again = cfgmod.from_dict(cfgmod.tomllib.loads(cfgmod.to_toml(cfg)))
+    assert again == cfg and again.hash() == cfg.hash()
+    assert cfg.hash() != cfgmod.Config().hash()
