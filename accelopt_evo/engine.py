@@ -124,21 +124,32 @@ class Engine:
         return max(1, int(per(kind))) if per else 1
 
     def _requests(self, state: ProblemState, count: int) -> list[Request]:
-        """Parent selection: crossover with probability cx / (cx + mut), else mutation."""
+        """Variation requests for about `count` children: each is a crossover with probability
+        cx / (cx + mut), else a mutation; all parents are drawn in one selection call (so that
+        `best` expands the top kernels in turn, as a beam search does)."""
         var = self.cfg.variation
         p_cx = var.crossover_prob / (var.crossover_prob + var.mutation_prob)
         parents = [ind for ind in state.population if ind.valid]
-        requests: list[Request] = []
+        kinds: list[str] = []
         expected = 0
         while expected < count:
-            if len(parents) >= 2 and self.py_rng.random() < p_cx:
-                a, b = select_distinct(self.toolbox.select, parents, 2)
-                requests.append(self.toolbox.mate(a, b))
-                expected += self._children_per_request(CROSSOVER)
-            else:
-                (a,) = self.toolbox.select(parents, 1)
-                requests.append(self.toolbox.mutate(a))
-                expected += self._children_per_request(MUTATION)
+            kind = CROSSOVER if len(parents) >= 2 and self.py_rng.random() < p_cx else MUTATION
+            kinds.append(kind)
+            expected += self._children_per_request(kind)
+        slots = sum(2 if k == CROSSOVER else 1 for k in kinds)
+        picks = self.toolbox.select(parents, slots)
+        picks = [picks[i % len(picks)] for i in range(slots)]  # selBest returns at most len(parents)
+        requests, i = [], 0
+        for kind in kinds:
+            if kind == MUTATION:
+                requests.append(self.toolbox.mutate(picks[i]))
+                i += 1
+                continue
+            a, b = picks[i], picks[i + 1]
+            if a is b:  # a kernel crossed with itself is itself: take the fittest other parent
+                b = next(p for p in tools.selBest(parents, len(parents)) if p is not a)
+            requests.append(self.toolbox.mate(a, b))
+            i += 2
         return requests
 
     def _evaluate(self, state: ProblemState, candidates: list[KernelRecord], label: str) -> list[EvalRecord]:
