@@ -126,6 +126,7 @@ class Outcome:
     best: dict[str, dict[str, Any]]      # problem -> {path, speedup, percent_of_peak, latency_ms}
     stop_reason: str | None
     target: str
+    report_path: Path | None = None
 
 
 class Run:
@@ -237,9 +238,14 @@ def _drive(cfg: Config, folder: RunFolder, problems: list[Problem], operators: A
             engine.load_state_dict(checkpoint, folder.read_kernel)
         run = Run(cfg, folder, engine, operators, progress=progress, log=log)
         try:
-            return run.until(gens)
+            outcome = run.until(gens)
         except BaselineError as exc:
             raise UserError(str(exc)) from None
+    if cfg.run.report:
+        from .report import write_report
+
+        outcome.report_path = write_report(folder)
+    return outcome
 
 
 def _saved_config(folder: RunFolder) -> Config:

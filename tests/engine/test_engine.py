@@ -16,7 +16,7 @@ REQUIRED_KEYS = {"generation", "population", "hall_of_fame", "logbook", "memory"
 
 def make_cfg(tmp_path, gens, *sets):
     return cfgmod.resolve(sets=[f"run.gens={gens}", f"run.out={json.dumps(str(tmp_path))}", "run.shape=tiny",
-                                "population.size=6", "population.offspring=6", *sets])
+                                "population.size=6", "population.offspring=6", "run.report=false", *sets])
 
 
 def quiet(msg):

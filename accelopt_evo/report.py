@@ -1,0 +1,877 @@
+"""The run report: `RUN_DIR/report.md` and `RUN_DIR/plots/*.png` from whatever a run folder holds.
+
+The report answers, at a glance: did the run work (best speedup and % of peak per problem, the
+paper's metric, next to AccelOpt's published figures), what it found (the best kernels and
+their diffs, their lineage), what it cost (evaluations, LLM tokens and dollars) and what the
+optimization memory learned. It reads the folder tolerantly, so that a run in progress or one
+cut short by a crash still gets a report: every missing or damaged file is listed, and a
+section without data says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import math
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+from .errors import UserError
+from .files import write_text_atomic
+from .runfolder import RunFolder
+
+# AccelOpt (Zhang et al., MLSys 2026), % of peak throughput per NKIBench kernel on trn1,
+# baseline -> AccelOpt, read off the paper's chart; as listed in ../shared/nkibench/README.md.
+PAPER_SOURCE = "AccelOpt (Zhang et al., MLSys 2026), trn1 figures read off the paper's chart"
+PAPER_TRN1: dict[str, tuple[float, float]] = {
+    "rope_single_freq_apply": (21, 30),
+    "mamba": (28, 36),
+    "gqa_full": (30, 35),
+    "bmm_softmax": (39, 75),
+    "silu": (40, 69),
+    "adamw": (51, 61),
+    "matmul_add_rmsnorm": (54, 64),
+    "bmm": (55, 57),
+    "add_rmsnorm_matmul": (59, 69),
+    "matmul": (62, 83),
+    "rmsnorm_matmul": (69, 72),
+    "lora": (75, 77),
+    "swiglu": (77, 80),
+    "transpose_matmul": (81, 83),
+}
+# The paper's geometric mean % of peak over its 14 kernels (baseline -> AccelOpt).
+PAPER_GEOMEAN: dict[str, tuple[float, float]] = {"trn1": (49, 61), "trn2": (45, 59)}
+
+STATUS_ORDER = ("ok", "incorrect", "compile_error", "rejected", "timeout", "memory_exceeded", "crashed")
+NO_KERNEL = "operator failed"   # an operator returned no kernel (counted in the logbook only)
+
+
+# --------------------------------------------------------------------------------------------
+# What the run folder holds, parsed tolerantly.
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """One line of evaluations.jsonl."""
+
+    generation: int
+    problem: str
+    kernel_id: str
+    operator: str
+    parent_ids: tuple[str, ...]
+    reused: bool
+    status: str
+    error: str
+    latency_ms: float | None
+    speedup: float | None
+    percent_of_peak: float | None
+    backend: str
+    target: str
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok" and self.speedup is not None
+
+
+@dataclass(frozen=True)
+class LlmCall:
+    """One line of llm_calls.jsonl (the fields the report uses)."""
+
+    role: str
+    model: str
+    generation: int          # -1: the ledger did not say
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float
+    status: str
+    cached: bool
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """What the run knows of one kernel of one problem."""
+
+    id: str
+    problem: str
+    generation: int
+    operator: str
+    parent_ids: tuple[str, ...]
+    status: str
+    latency_ms: float | None
+    speedup: float | None
+    percent_of_peak: float | None
+    backend: str
+    target: str
+    note: str = ""
+
+
+@dataclass
+class RunData:
+    """Everything read from a run folder, plus notes on what was missing or damaged."""
+
+    folder: RunFolder
+    settings: dict[str, Any]                      # config.toml as a dict ({} if unreadable)
+    checkpoint: dict[str, Any] | None             # the newest readable checkpoint
+    checkpoint_gens: list[int]                    # generations with a readable checkpoint
+    population: dict[str, dict[int, list[float]]]  # problem -> generation -> population speedups
+    evaluations: list[Evaluation]
+    llm_calls: list[LlmCall]
+    memory: list[dict[str, Any]]
+    notes: list[str] = field(default_factory=list)
+
+    def setting(self, section: str, key: str, default: Any = None) -> Any:
+        value = self.settings.get(section, {})
+        return value.get(key, default) if isinstance(value, dict) else default
+
+    @property
+    def last_generation(self) -> int:
+        return self.checkpoint_gens[-1] if self.checkpoint_gens else -1
+
+    @property
+    def offline(self) -> bool:
+        """The run's configuration chose the offline operators (no LLM calls expected)."""
+        kind = self.setting("operators", "kind", "auto")
+        return kind == "tuning" or (kind == "auto" and not self.setting("llm", "base_url", ""))
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _int(value: Any, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _ids(value: Any) -> tuple[str, ...]:
+    return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list) else ()
+
+
+def _jsonl(path: Path, what: str, notes: list[str]) -> list[dict[str, Any]]:
+    """The records of a JSONL file; damaged lines are skipped and counted in `notes`."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        notes.append(f"{what} is unreadable ({exc.strerror or exc})")
+        return []
+    records, bad = [], 0
+    lines = [line for line in text.splitlines() if line.strip()]
+    for i, line in enumerate(lines):
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            record = None
+        if isinstance(record, dict):
+            records.append(record)
+        elif i == len(lines) - 1 and not text.endswith("\n"):
+            notes.append(f"{what}: the last line is cut short (the run was interrupted while writing it); skipped")
+        else:
+            bad += 1
+    if bad:
+        notes.append(f"{what}: {bad} unreadable line(s) skipped")
+    return records
+
+
+def _evaluation(r: dict[str, Any]) -> Evaluation | None:
+    gen, problem, kid, status = r.get("generation"), r.get("problem"), r.get("kernel_id"), r.get("status")
+    if not (isinstance(gen, int) and isinstance(problem, str) and isinstance(kid, str) and isinstance(status, str)):
+        return None
+    return Evaluation(gen, problem, kid, _str(r.get("operator")) or "?", _ids(r.get("parent_ids")),
+                      bool(r.get("reused", False)), status, _str(r.get("error")), _num(r.get("latency_ms")),
+                      _num(r.get("speedup")), _num(r.get("percent_of_peak")), _str(r.get("backend")),
+                      _str(r.get("target")), _num(r.get("seconds")) or 0.0)
+
+
+def _llm_call(r: dict[str, Any]) -> LlmCall:
+    return LlmCall(_str(r.get("role")) or "?", _str(r.get("model")), _int(r.get("generation"), -1),
+                   _int(r.get("prompt_tokens"), 0), _int(r.get("completion_tokens"), 0),
+                   _num(r.get("cost_usd")) or 0.0, _str(r.get("status")), bool(r.get("cached", False)))
+
+
+def _read_settings(folder: RunFolder, notes: list[str]) -> dict[str, Any]:
+    from . import config as config_mod
+
+    if not folder.config.is_file():
+        notes.append("config.toml is missing: run settings unknown")
+        return {}
+    try:
+        return config_mod.load_file(folder.config)
+    except UserError as exc:
+        notes.append(f"config.toml is unreadable: {exc}")
+        return {}
+
+
+def _population_speedups(ck: dict[str, Any]) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    population = ck.get("population")
+    for name, metas in (population.items() if isinstance(population, dict) else ()):
+        values = [_num((m.get("result") or {}).get("speedup")) for m in metas if isinstance(m, dict)]
+        out[name] = [v for v in values if v is not None]
+    return out
+
+
+def _read_checkpoints(folder: RunFolder, notes: list[str]) -> tuple[dict[str, Any] | None, list[int],
+                                                                     dict[str, dict[int, list[float]]]]:
+    newest: dict[str, Any] | None = None
+    readable: list[int] = []
+    population: dict[str, dict[int, list[float]]] = defaultdict(dict)
+    files = folder.checkpoint_files()
+    for gen, path in files:
+        try:
+            data = json.loads(path.read_text())
+            if not isinstance(data, dict):
+                raise ValueError("not a JSON object")
+        except (OSError, ValueError) as exc:
+            notes.append(f"checkpoints/{path.name} is unreadable ({type(exc).__name__}); generation {gen} "
+                         f"is missing from the population plots")
+            continue
+        readable.append(gen)
+        newest = data
+        for name, values in _population_speedups(data).items():
+            population[name][gen] = values
+    if not files:
+        notes.append("no checkpoint: populations, hall of fame and logbook are unknown; "
+                     "figures come from evaluations.jsonl alone")
+    elif readable:
+        gaps = sorted(set(range(readable[-1] + 1)) - {g for g, _ in files})
+        if gaps:
+            notes.append(f"checkpoint(s) of generation(s) {_ranges(gaps)} are missing")
+    return newest, readable, dict(population)
+
+
+def _read_memory(folder: RunFolder, checkpoint: dict[str, Any] | None, notes: list[str]) -> list[dict[str, Any]]:
+    from .memory import OptimizationMemory
+
+    fallback = checkpoint.get("memory") if checkpoint else None
+    fallback = [e for e in fallback if isinstance(e, dict)] if isinstance(fallback, list) else None
+    if folder.memory.is_file():
+        try:
+            return [e for e in OptimizationMemory.read_file(folder.memory) if isinstance(e, dict)]
+        except ValueError as exc:
+            problem = str(exc)
+    else:
+        problem = "memory.json is missing"
+    if fallback is not None:
+        notes.append(f"{problem}; the memory shown is the one of the newest checkpoint")
+        return fallback
+    notes.append(f"{problem}; the optimization memory is unknown")
+    return []
+
+
+def collect(folder: RunFolder) -> RunData:
+    """Read a run folder; never raises for missing or damaged files (they are noted)."""
+    notes: list[str] = []
+    settings = _read_settings(folder, notes)
+    checkpoint, gens, population = _read_checkpoints(folder, notes)
+    if not folder.evaluations.is_file():
+        notes.append("evaluations.jsonl is missing: outcome and progress figures come from checkpoints only")
+    raw = _jsonl(folder.evaluations, "evaluations.jsonl", notes)
+    evaluations = [e for e in map(_evaluation, raw) if e is not None]
+    if len(evaluations) < len(raw):
+        notes.append(f"evaluations.jsonl: {len(raw) - len(evaluations)} record(s) without generation, problem, "
+                     f"kernel id or status skipped")
+    calls = [_llm_call(r) for r in _jsonl(folder.llm_calls, "llm_calls.jsonl", notes)]
+    memory = _read_memory(folder, checkpoint, notes)
+    data = RunData(folder, settings, checkpoint, gens, population, evaluations, calls, memory, notes)
+    late = sorted({e.generation for e in evaluations if e.generation > data.last_generation})
+    if late:
+        notes.append(f"generation(s) {_ranges(late)} have evaluations but no checkpoint: the run is in progress or "
+                     f"was interrupted there (a resume redoes them); their results are included")
+    if not folder.llm_calls.is_file() and not data.offline:
+        notes.append("llm_calls.jsonl is missing although the run was configured for LLM operators")
+    return data
+
+
+def _ranges(values: Sequence[int]) -> str:
+    parts, start = [], None
+    for i, v in enumerate(values):
+        if start is None:
+            start = v
+        if i + 1 == len(values) or values[i + 1] != v + 1:
+            parts.append(str(start) if start == v else f"{start}-{v}")
+            start = None
+    return ", ".join(parts)
+
+
+# --------------------------------------------------------------------------------------------
+# Derived views (pure functions of RunData).
+
+
+def problems(data: RunData) -> list[str]:
+    """The run's problems, in the order the configuration lists them."""
+    names: list[str] = []
+    if data.checkpoint:
+        for key in ("problems", "logbook", "population"):
+            section = data.checkpoint.get(key)
+            names += list(section) if isinstance(section, dict) else []
+    names += [e.problem for e in data.evaluations]
+    requested = data.setting("run", "problems", []) if not data.setting("run", "suite") else []
+    order = {n: i for i, n in enumerate(requested if isinstance(requested, list) else [])}
+    return sorted(dict.fromkeys(names), key=lambda n: order.get(n, len(order)))
+
+
+def kernel_index(data: RunData) -> dict[tuple[str, str], Kernel]:
+    """(problem, kernel id) -> Kernel: the first evaluation of each kernel, with the checkpoints'
+    notes. The first birth is the one whose parents existed before it, so lineages terminate."""
+    index: dict[tuple[str, str], Kernel] = {}
+    for e in data.evaluations:
+        key = (e.problem, e.kernel_id)
+        if key not in index:
+            index[key] = Kernel(e.kernel_id, e.problem, e.generation, e.operator, e.parent_ids, e.status,
+                                e.latency_ms, e.speedup, e.percent_of_peak, e.backend, e.target)
+    for name, metas in _metas(data):
+        k = _kernel_from_meta(name, metas)
+        if k is None:
+            continue
+        old = index.get((name, k.id))
+        index[(name, k.id)] = k if old is None else dataclasses.replace(old, note=old.note or k.note)
+    return index
+
+
+def _metas(data: RunData) -> Iterable[tuple[str, dict[str, Any]]]:
+    ck = data.checkpoint or {}
+    for key in ("hall_of_fame", "population"):
+        section = ck.get(key)
+        for name, metas in (section.items() if isinstance(section, dict) else ()):
+            for m in metas if isinstance(metas, list) else ():
+                if isinstance(m, dict):
+                    yield name, m
+
+
+def _kernel_from_meta(problem: str, m: dict[str, Any]) -> Kernel | None:
+    r = m.get("result") if isinstance(m.get("result"), dict) else {}
+    if not isinstance(m.get("id"), str):
+        return None
+    return Kernel(m["id"], problem, _int(m.get("generation"), 0), _str(m.get("operator")) or "?",
+                  _ids(m.get("parent_ids")), _str(r.get("status")) or "?", _num(r.get("latency_ms")),
+                  _num(r.get("speedup")), _num(r.get("percent_of_peak")), _str(r.get("backend")),
+                  _str(r.get("target")), _str(m.get("note")))
+
+
+def best_kernel(data: RunData, problem: str) -> Kernel | None:
+    """The checkpoint's hall-of-fame leader, unless a later, not yet checkpointed evaluation beat it."""
+    leader = None
+    hof = (data.checkpoint or {}).get("hall_of_fame")
+    metas = hof.get(problem) if isinstance(hof, dict) else None
+    if isinstance(metas, list) and metas and isinstance(metas[0], dict):
+        leader = _kernel_from_meta(problem, metas[0])
+    for e in data.evaluations:
+        if e.problem != problem or not e.ok or e.generation <= data.last_generation and leader is not None:
+            continue
+        if leader is None or leader.speedup is None or e.speedup > leader.speedup:
+            leader = Kernel(e.kernel_id, problem, e.generation, e.operator, e.parent_ids, e.status, e.latency_ms,
+                            e.speedup, e.percent_of_peak, e.backend, e.target)
+    return leader
+
+
+def baseline_kernel(data: RunData, problem: str, index: dict[tuple[str, str], Kernel]) -> Kernel | None:
+    info = ((data.checkpoint or {}).get("problems") or {}).get(problem)
+    if isinstance(info, dict) and isinstance(info.get("baseline_id"), str):
+        found = index.get((problem, info["baseline_id"]))
+        if found is not None:
+            return found
+        known = (info.get("known") or {}).get(info["baseline_id"])
+        if isinstance(known, dict):
+            return _kernel_from_meta(problem, {"id": info["baseline_id"], "operator": "baseline", "result": known})
+    return next((k for (p, _), k in index.items() if p == problem and k.operator == "baseline"), None)
+
+
+def best_series(data: RunData, problem: str) -> list[tuple[int, float, float | None]]:
+    """(generation, best speedup so far, its % of peak) per generation with data.
+
+    From the evaluations (the cumulative best, as the hall of fame keeps it), so that a
+    generation without a checkpoint still shows; from the logbook when there are none."""
+    by_gen: dict[int, list[Evaluation]] = defaultdict(list)
+    for e in data.evaluations:
+        if e.problem == problem:
+            by_gen[e.generation].append(e)
+    logbook = [e for e in _logbook_entries(data, problem) if isinstance(e.get("gen"), int)]
+    if not by_gen:
+        return [(e["gen"], float(e["best_speedup"]), _num(e.get("best_percent_of_peak"))) for e in logbook
+                if _num(e.get("best_speedup")) is not None]
+    out: list[tuple[int, float, float | None]] = []
+    best: Evaluation | None = None
+    # A generation whose children were all duplicates logs no evaluation but still counts.
+    for gen in sorted(set(by_gen) | {e["gen"] for e in logbook}):
+        for e in by_gen.get(gen, ()):
+            if e.ok and (best is None or e.speedup > best.speedup):
+                best = e
+        if best is not None:
+            out.append((gen, best.speedup, best.percent_of_peak))
+    return out
+
+
+def lineage(best: Kernel, index: dict[tuple[str, str], Kernel]) -> tuple[list[Kernel], list[Kernel]]:
+    """(chain, ancestors) of a kernel. The chain runs from the oldest ancestor to the kernel,
+    following at each step the fastest parent (the one a memory entry compares against);
+    ancestors are every kernel reachable through parent ids, the kernel included."""
+    chain, seen = [best], {best.id}
+    current = best
+    while True:
+        parents = [index[(best.problem, p)] for p in current.parent_ids if (best.problem, p) in index]
+        parents = [p for p in parents if p.id not in seen]
+        if not parents:
+            break
+        current = max(parents, key=lambda k: k.speedup if k.speedup is not None else -1.0)
+        chain.append(current)
+        seen.add(current.id)
+    ancestors, todo, visited = [], [best], {best.id}
+    while todo:
+        k = todo.pop()
+        ancestors.append(k)
+        for pid in k.parent_ids:
+            parent = index.get((best.problem, pid))
+            if parent is not None and pid not in visited:
+                visited.add(pid)
+                todo.append(parent)
+    return chain[::-1], ancestors
+
+
+def figure_label(backend: str, target: str) -> str:
+    """How a figure was obtained, as the report states it next to every number."""
+    target = target or "an unknown target"
+    if backend == "simulator":
+        return f"simulated estimate for {target}"
+    if backend == "trainium":
+        return f"measured on {target} hardware"
+    return f"{backend or 'unknown'} backend, target {target}"
+
+
+def run_label(data: RunData) -> str:
+    labels = sorted({figure_label(e.backend, e.target) for e in data.evaluations if e.ok})
+    if not labels:
+        target = data.setting("evaluation", "target", "")
+        return figure_label(data.setting("evaluation", "backend", ""), target)
+    return "; ".join(labels)
+
+
+def geomean(values: Iterable[float]) -> float | None:
+    vs = [v for v in values if v > 0]
+    return math.exp(sum(map(math.log, vs)) / len(vs)) if vs else None
+
+
+def paper_shape(data: RunData, problem: str) -> bool | None:
+    """Whether the problem ran at the paper's shape (None: cannot tell)."""
+    info = ((data.checkpoint or {}).get("problems") or {}).get(problem)
+    spec = info.get("spec") if isinstance(info, dict) else None
+    if not isinstance(spec, dict):
+        return data.setting("run", "shape") == "paper" if data.settings else None
+    if spec.get("suite_dir"):
+        return True  # the official NKIBench layout has only the paper's cases
+    from nkibench import registry
+
+    try:
+        return registry.make_spec(problem, "paper").param_dict == spec.get("params")
+    except registry.ProblemError:
+        return None
+
+
+# --------------------------------------------------------------------------------------------
+# Markdown.
+
+
+def _f(value: float | None, fmt: str, unit: str = "") -> str:
+    return "n/a" if value is None else f"{value:{fmt}}{unit}"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    return lines
+
+
+def _fence(text: str, lang: str = "") -> list[str]:
+    ticks = "````" if "```" in text else "```"
+    return [f"{ticks}{lang}", text.rstrip("\n"), ticks]
+
+
+def _source(folder: RunFolder, kernel_id: str, problem: str | None = None) -> str | None:
+    for path in (folder.kernel_path(kernel_id), folder.best / f"{problem}.py" if problem else None):
+        if path is not None:
+            try:
+                return path.read_text()
+            except OSError:
+                continue
+    return None
+
+
+@dataclass
+class Plots:
+    """The plot files written (name -> path relative to the report) and what could not be drawn."""
+
+    files: dict[str, str] = field(default_factory=dict)
+    missing: dict[str, str] = field(default_factory=dict)
+
+    def embed(self, name: str, alt: str) -> list[str]:
+        if name in self.files:
+            return [f"![{alt}]({self.files[name]})", ""]
+        return [f"*No plot of {alt}: {self.missing.get(name, 'no data')}.*", ""]
+
+
+def _draw(plots: Plots, name: str, folder: RunFolder, why_not: str | None, draw: Callable[[Path], Path]) -> None:
+    if why_not:
+        plots.missing[name] = why_not
+        return
+    path = folder.plots / f"{name}.png"
+    try:
+        draw(path)
+    except Exception as exc:  # a figure must never cost the rest of the report
+        plots.missing[name] = f"drawing failed ({type(exc).__name__}: {exc})"
+        return
+    plots.files[name] = path.relative_to(folder.root).as_posix()
+
+
+def _file_name(problem: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in problem)
+
+
+def draw_plots(data: RunData, index: dict[tuple[str, str], Kernel]) -> Plots:
+    """Every figure the data allows, under plots/."""
+    from . import plots as P
+
+    folder, label, plots = data.folder, run_label(data), Plots()
+    names = problems(data)
+    if folder.plots.is_dir():  # a fresh set: no stale figure of an earlier report survives
+        for old in folder.plots.glob("*.png"):
+            old.unlink()
+    series = {n: best_series(data, n) for n in names}
+
+    late = [e.generation for e in data.evaluations if e.generation > data.last_generation]
+    pending = min(late) if late else None
+    speed = {n: [(g, s) for g, s, _ in pts] for n, pts in series.items()}
+    _draw(plots, "best_speedup", folder, None if any(speed.values()) else "no correct kernel evaluated yet",
+          lambda p: P.line_per_problem(speed, title=f"Best kernel so far ({label})",
+                                       ylabel="speedup over the baseline (×)", path=p, reference=1.0,
+                                       reference_label="baseline", pending_from=pending))
+    peak = {n: [(g, v) for g, _, v in pts if v is not None] for n, pts in series.items()}
+    _draw(plots, "percent_of_peak", folder, None if any(peak.values()) else "% of peak unknown",
+          lambda p: P.line_per_problem(peak, title=f"% of peak of the best kernel so far ({label})",
+                                       ylabel="% of peak throughput (roofline)", path=p,
+                                       pending_from=pending, percent=True))
+    dist = {n: data.population.get(n, {}) for n in names}
+    _draw(plots, "fitness_distribution", folder,
+          None if any(any(v.values()) for v in dist.values()) else "no readable checkpoint",
+          lambda p: P.fitness_distribution(dist, title=f"Population speedups after each generation ({label})",
+                                           ylabel="speedup (×)", path=p))
+
+    fresh = [e for e in data.evaluations if not e.reused]
+    by_gen: dict[int, Counter] = defaultdict(Counter)
+    by_op: dict[str, Counter] = defaultdict(Counter)
+    for e in fresh:
+        by_gen[e.generation][e.status] += 1
+        by_op[e.operator][e.status] += 1
+    for entry in _logbook_entries(data):
+        if isinstance(entry.get("gen"), int) and _int(entry.get("failed_ops"), 0) > 0:
+            by_gen[entry["gen"]][NO_KERNEL] += entry["failed_ops"]
+    statuses = [*STATUS_ORDER, *sorted({e.status for e in fresh} - set(STATUS_ORDER)), NO_KERNEL]
+    gens = dict(sorted(by_gen.items()))
+    _draw(plots, "outcomes_by_generation", folder, None if gens else "no evaluation logged",
+          lambda p: P.stacked_bars(gens, categories=statuses, title="Outcomes of the offspring per generation",
+                                   xlabel="generation", ylabel="kernels (count)", path=p, colors=P.STATUS_COLORS,
+                                   legend_title="outcome"))
+    ops = dict(sorted(by_op.items()))
+    _draw(plots, "outcomes_by_operator", folder, None if ops else "no evaluation logged",
+          lambda p: P.stacked_bars(ops, categories=statuses, title="Outcomes of the evaluations per operator",
+                                   xlabel="operator", ylabel="kernels evaluated (count)", path=p,
+                                   colors=P.STATUS_COLORS, horizontal=True, legend_title="outcome"))
+
+    no_llm = ("no LLM call: the run used offline operators only" if data.offline else "no LLM call logged")
+    calls = [c for c in data.llm_calls if c.generation >= 0]
+    roles = sorted({c.role for c in calls})
+    tokens: dict[int, Counter] = defaultdict(Counter)
+    cost: dict[int, Counter] = defaultdict(Counter)
+    for c in calls:
+        tokens[c.generation][c.role] += c.tokens
+        cost[c.generation][c.role] += c.cost_usd
+    tokens, cost = dict(sorted(tokens.items())), dict(sorted(cost.items()))
+    llm_missing = no_llm if not data.llm_calls else (None if calls else "the LLM calls carry no generation")
+    _draw(plots, "llm_tokens", folder, llm_missing,
+          lambda p: P.stacked_bars(tokens, categories=roles, title="LLM tokens per generation (billed calls)",
+                                   xlabel="generation", ylabel="tokens (prompt + completion)", path=p,
+                                   legend_title="role", value_format="{x:,.0f}"))
+    most = max((sum(c.values()) for c in cost.values()), default=0.0)
+    usd = "${x:,.2f}" if most >= 1 else "${x:,.4f}"
+    no_cost = llm_missing or (None if any(sum(c.values()) for c in cost.values())
+                              else "every call cost $0 (no prices configured, or only cached calls)")
+    _draw(plots, "llm_cost", folder, no_cost,
+          lambda p: P.stacked_bars(cost, categories=roles, title="LLM cost per generation", xlabel="generation",
+                                   ylabel="cost (USD)", path=p, legend_title="role", value_format=usd))
+
+    for name in names:
+        best = best_kernel(data, name)
+        key = f"lineage_{_file_name(name)}"
+        if best is None:
+            plots.missing[key] = "no correct kernel"
+            continue
+        chain, _ = lineage(best, index)
+        steps = [P.LineageStep(k.id, k.generation, k.speedup, k.operator, _other_parents(k, chain, index))
+                 for k in chain]
+        _draw(plots, key, folder, None,
+              lambda p, steps=steps, name=name: P.lineage(steps, title=f"Lineage of the best {name} kernel ({label})",
+                                                          ylabel="speedup over the baseline (×)", path=p))
+    return plots
+
+
+def _other_parents(kernel: Kernel, chain: list[Kernel], index: dict[tuple[str, str], Kernel]) -> tuple[float, ...]:
+    """Speedups of a kernel's parents that are not on the chain (the second parent of a crossover)."""
+    on_chain = {k.id for k in chain}
+    others = [index.get((kernel.problem, p)) for p in kernel.parent_ids if p not in on_chain]
+    return tuple(k.speedup for k in others if k is not None and k.speedup is not None)
+
+
+def _logbook_entries(data: RunData, problem: str | None = None) -> list[dict[str, Any]]:
+    """The newest checkpoint's logbook entries (of one problem, or of all)."""
+    logbook = (data.checkpoint or {}).get("logbook")
+    return [e for name, entries in (logbook.items() if isinstance(logbook, dict) else ())
+            if problem is None or name == problem
+            for e in (entries if isinstance(entries, list) else ()) if isinstance(e, dict)]
+
+
+def _header(data: RunData) -> list[str]:
+    names = problems(data)
+    gens = data.setting("run", "gens")
+    reached = data.last_generation
+    progress = (f"generation {reached} of {gens} checkpointed" if reached >= 0 and isinstance(gens, int)
+                else f"generation {reached} checkpointed" if reached >= 0 else "no generation checkpointed yet")
+    if isinstance(gens, int) and 0 <= reached < gens:
+        progress += " (the run is in progress, was stopped by a budget, or was interrupted)"
+    ops = data.setting("operators", "kind", "?")
+    ops += " (offline knob tuning)" if data.offline else f" (LLM {data.setting('llm', 'model', '') or '?'})"
+    lines = [f"# Run report: {data.folder.root.name}", "",
+             f"- Problems: {', '.join(names) if names else 'none recorded yet'}"
+             f" (shape {data.setting('run', 'shape', '?')})",
+             f"- Progress: {progress}",
+             f"- Operators: {ops}; seed {data.setting('run', 'seed', '?')}",
+             f"- Figures: {run_label(data)}."
+             + (" Simulated figures are the project's performance-model estimates for the named target, "
+                "not hardware measurements." if "simulated" in run_label(data) else ""), ""]
+    lines += ["## Run folder", ""]
+    if data.notes:
+        lines += ["Missing or damaged (the report shows what the rest allows):", ""]
+        lines += [f"- {n}" for n in data.notes]
+    else:
+        lines += ["Every file of the run folder was read whole."]
+    return lines + [""]
+
+
+def _suite(data: RunData, index: dict[tuple[str, str], Kernel]) -> list[str]:
+    lines = ["## Suite summary", ""]
+    names = problems(data)
+    if not names:
+        return lines + ["No problem has data yet.", ""]
+    rows, pairs, paper_pairs, off_shape = [], [], [], False
+    for name in names:
+        base, best = baseline_kernel(data, name, index), best_kernel(data, name)
+        paper = PAPER_TRN1.get(name)
+        shape_ok = paper_shape(data, name)
+        mark = ""
+        if paper and shape_ok is False:
+            mark, off_shape = " †", True
+        label = figure_label(best.backend, best.target) if best else "n/a"
+        rows.append([name, _f(base.latency_ms if base else None, ".4f"), _f(best.latency_ms if best else None, ".4f"),
+                     _f(best.speedup if best else None, ".3f", "×"),
+                     _f(base.percent_of_peak if base else None, ".1f", "%"),
+                     _f(best.percent_of_peak if best else None, ".1f", "%"),
+                     f"{paper[0]:.0f}% → {paper[1]:.0f}%{mark}" if paper else "not an NKIBench kernel", label])
+        if base and best and base.percent_of_peak and best.percent_of_peak:
+            pairs.append((base.percent_of_peak, best.percent_of_peak))
+            if paper:
+                paper_pairs.append(paper)
+    lines += _table(["problem", "baseline latency (ms)", "best latency (ms)", "speedup", "baseline % of peak",
+                     "best % of peak", "paper trn1: baseline → AccelOpt", "figures"], rows)
+    lines.append("")
+    if pairs:
+        g0, g1 = geomean(p[0] for p in pairs), geomean(p[1] for p in pairs)
+        lines.append(f"**Geometric mean % of peak over {len(pairs)} problem(s): {g0:.1f}% → {g1:.1f}%** "
+                     f"({run_label(data)}).")
+        if paper_pairs:
+            p0, p1 = geomean(p[0] for p in paper_pairs), geomean(p[1] for p in paper_pairs)
+            lines.append(f"The paper's per-kernel trn1 figures for the {len(paper_pairs)} NKIBench kernel(s) among "
+                         f"them give {p0:.1f}% → {p1:.1f}%.")
+    else:
+        lines.append("Geometric mean % of peak: n/a (no problem has both a baseline and a best % of peak).")
+    t1, t2 = PAPER_GEOMEAN["trn1"], PAPER_GEOMEAN["trn2"]
+    lines += ["", f"Paper figures: {PAPER_SOURCE}; over all 14 kernels "
+              f"the paper reports a geometric mean of {t1[0]}% → {t1[1]}% on trn1 and {t2[0]}% → {t2[1]}% on trn2. "
+              f"% of peak is the roofline metric: peak latency (max of HBM, vector and Tensor Engine time for "
+              f"the problem's own bytes and FLOPs) over the kernel's latency."]
+    if off_shape:
+        lines.append(f"† Run at shape '{data.setting('run', 'shape', '?')}', not the paper's: the paper's figures "
+                     f"are for scale only.")
+    return lines + [""]
+
+
+def _progress(data: RunData, plots: Plots) -> list[str]:
+    lines = ["## Progress", ""]
+    lines += plots.embed("best_speedup", "the best speedup per generation")
+    lines += plots.embed("percent_of_peak", "the best % of peak per generation")
+    lines += plots.embed("fitness_distribution", "the population's fitness per generation")
+    return lines
+
+
+def _evaluations(data: RunData, plots: Plots) -> list[str]:
+    lines = ["## Evaluations", ""]
+    fresh = [e for e in data.evaluations if not e.reused]
+    if not data.evaluations:
+        return lines + ["No evaluation logged.", ""]
+    counts = Counter(e.status for e in fresh)
+    reused = len(data.evaluations) - len(fresh)
+    seconds = sum(e.seconds for e in fresh)
+    lines.append(f"{len(fresh)} kernel(s) evaluated ({reused} more produced again and not re-evaluated), "
+                 f"{seconds:.1f} s of evaluation time: "
+                 + ", ".join(f"{counts[s]} {s}" for s in sorted(counts, key=lambda s: -counts[s])) + ".")
+    gen_seconds = sum(_num(e.get("seconds")) or 0.0 for e in _logbook_entries(data))
+    if gen_seconds:
+        lines[-1] += f" Checkpointed generations took {gen_seconds:.1f} s of wall time."
+    lines.append("")
+    lines += plots.embed("outcomes_by_generation", "outcomes per generation")
+    lines += plots.embed("outcomes_by_operator", "outcomes per operator")
+    errors = Counter(e.error.splitlines()[0] for e in fresh if e.status != "ok" and e.error)
+    if errors:
+        lines += ["Most frequent errors:", ""]
+        lines += _table(["count", "first line of the error"], [[str(n), f"`{msg[:160]}`"]
+                                                              for msg, n in errors.most_common(5)])
+        lines.append("")
+    return lines
+
+
+def _llm(data: RunData, plots: Plots) -> list[str]:
+    lines = ["## LLM use and cost", ""]
+    if not data.llm_calls:
+        why = ("No LLM call: the run used offline operators only." if data.offline
+               else "No LLM call logged (llm_calls.jsonl is missing or empty).")
+        return lines + [why, ""]
+    by_role: dict[str, list[LlmCall]] = defaultdict(list)
+    for c in data.llm_calls:
+        by_role[c.role].append(c)
+    rows = []
+    for role, cs in sorted(by_role.items()):
+        rows.append([role, ", ".join(sorted({c.model for c in cs if c.model})) or "?", *_llm_totals(cs)])
+    rows.append(["**total**", "", *_llm_totals(data.llm_calls)])
+    lines += _table(["role", "model", "calls", "cached", "failed", "prompt tokens", "completion tokens",
+                     "cost (USD)"], rows)
+    lines += ["", "Cached replies record no tokens and no cost.", ""]
+    untagged = sum(c.generation < 0 for c in data.llm_calls)
+    if untagged:
+        lines += [f"{untagged} call(s) carry no generation and are left out of the per-generation plots.", ""]
+    lines += plots.embed("llm_tokens", "LLM tokens per generation")
+    lines += plots.embed("llm_cost", "LLM cost per generation")
+    return lines
+
+
+def _llm_totals(calls: Sequence[LlmCall]) -> list[str]:
+    """calls, cached, failed, prompt tokens, completion tokens, cost (USD) of some LLM calls."""
+    return [str(len(calls)), str(sum(c.cached for c in calls)), str(sum(c.status not in ("ok", "") for c in calls)),
+            f"{sum(c.prompt_tokens for c in calls):,}", f"{sum(c.completion_tokens for c in calls):,}",
+            f"{sum(c.cost_usd for c in calls):.4f}"]
+
+
+def _lineage_section(data: RunData, index: dict[tuple[str, str], Kernel], plots: Plots) -> list[str]:
+    lines = ["## Lineage of the best kernels", ""]
+    names = problems(data)
+    if not names:
+        return lines + ["No problem has data yet.", ""]
+    for name in names:
+        lines += [f"### {name}", ""]
+        best = best_kernel(data, name)
+        if best is None:
+            lines += ["No correct kernel yet.", ""]
+            continue
+        chain, ancestors = lineage(best, index)
+        lines += plots.embed(f"lineage_{_file_name(name)}", f"the lineage of the best {name} kernel")
+        rows = [[str(k.generation), f"`{k.id}`", k.operator, _f(k.speedup, ".3f", "×"),
+                 _f(k.percent_of_peak, ".1f", "%"), k.note or ""] for k in chain]
+        lines += _table(["generation", "kernel", "produced by", "speedup", "% of peak", "note"], rows)
+        lines += ["", f"{len(chain)} step(s) on the chain through the fastest parent; {len(ancestors)} ancestor "
+                  f"kernel(s) in all.", ""]
+        if chain[0].operator != "baseline":
+            lines += [f"The chain stops at `{chain[0].id}`, whose parents are not recorded "
+                      f"(missing evaluations or checkpoints).", ""]
+    return lines
+
+
+def _memory(data: RunData) -> list[str]:
+    lines = ["## Optimization memory", ""]
+    if not data.memory:
+        return lines + ["The memory is empty." if data.folder.memory.is_file() else
+                        "No memory recorded (see the run folder notes above).", ""]
+    rows = []
+    for i, e in enumerate(data.memory, 1):
+        first = (_str(e.get("rationale")).strip().splitlines() or [""])[0]
+        rows.append([str(i), _str(e.get("problem")), _str(e.get("kind")), _f(_num(e.get("speedup")), ".3f", "×"),
+                     str(e.get("generation", "?")), _str(e.get("operator")), first[:200]])
+    lines += _table(["#", "problem", "kind", "speedup (child / parent)", "generation", "operator",
+                     "rationale (first line)"], rows)
+    lines += ["", "### Rationales", ""]
+    for i, e in enumerate(data.memory, 1):
+        lines += [f"**{i}. {_str(e.get('problem'))}, {_str(e.get('kind'))} {_f(_num(e.get('speedup')), '.3f', '×')}** "
+                  f"(`{_str(e.get('parent_id'))}` → `{_str(e.get('child_id'))}`)", "",
+                  _str(e.get("rationale")).strip() or "(no rationale)", ""]
+        if _str(e.get("diff")):
+            lines += ["<details><summary>diff</summary>", "", *_fence(e["diff"], "diff"), "", "</details>", ""]
+    return lines
+
+
+def _best_kernels(data: RunData, index: dict[tuple[str, str], Kernel]) -> list[str]:
+    lines = ["## Best kernels", ""]
+    names = problems(data)
+    if not names:
+        return lines + ["No problem has data yet.", ""]
+    for name in names:
+        lines += [f"### {name}", ""]
+        best, base = best_kernel(data, name), baseline_kernel(data, name, index)
+        if best is None:
+            lines += ["No correct kernel yet.", ""]
+            continue
+        lines += [f"Kernel `{best.id}` ({best.operator}, generation {best.generation}): "
+                  f"{_f(best.speedup, '.3f', '×')} over the baseline, {_f(best.latency_ms, '.4f', ' ms')}, "
+                  f"{_f(best.percent_of_peak, '.1f', '% of peak')} ({figure_label(best.backend, best.target)}). "
+                  f"File: `best/{name}.py`.", ""]
+        new = _source(data.folder, best.id, name)
+        old = _source(data.folder, base.id) if base else None
+        if new is None or old is None:
+            missing = [what for what, src in (("best", new), ("baseline", old)) if src is None]
+            lines += [f"No diff: the source of the {' and '.join(missing)} kernel is missing from the run folder.", ""]
+        elif base is not None and base.id == best.id:
+            lines += ["The best kernel is still the baseline.", ""]
+        else:
+            diff = "\n".join(difflib.unified_diff(old.splitlines(), new.splitlines(), f"baseline/{name}.py",
+                                                  f"best/{name}.py", lineterm=""))
+            lines += [*_fence(diff, "diff"), ""]
+    return lines
+
+
+def render(data: RunData, plots: Plots, index: dict[tuple[str, str], Kernel] | None = None) -> str:
+    """report.md for the data and the plots drawn."""
+    index = kernel_index(data) if index is None else index
+    parts = [_header(data), _suite(data, index), _progress(data, plots), _evaluations(data, plots),
+             _llm(data, plots), _lineage_section(data, index, plots), _memory(data), _best_kernels(data, index)]
+    return "\n".join(line for part in parts for line in part).rstrip("\n") + "\n"
+
+
+def write_report(folder: RunFolder) -> Path:
+    """Write RUN_DIR/report.md and RUN_DIR/plots/*.png; return the report's path."""
+    data = collect(folder)
+    index = kernel_index(data)
+    plots = draw_plots(data, index)
+    write_text_atomic(folder.report, render(data, plots, index))
+    return folder.report
