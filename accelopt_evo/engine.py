@@ -8,7 +8,7 @@ each generation; everything the loop needs to continue is in `Engine.state_dict(
 
 from __future__ import annotations
 
-import difflib
+import ast
 import random
 import time
 from dataclasses import dataclass, field
@@ -20,6 +20,7 @@ from deap import base, tools
 from fitness.normalize import kernel_id
 from fitness.result import EvalResult
 from nkibench.problem import Problem
+from operators.diff import kernel_diff
 from operators.base import CROSSOVER, MUTATION, Child, Context, Operators, Parent, Request
 
 from .config import Config
@@ -28,7 +29,6 @@ from .memory import Candidate, OptimizationMemory
 from .selection import select_distinct, selection_operator
 
 HALL_OF_FAME_SIZE = 10
-DIFF_LINES = 80
 
 
 class Evaluator(Protocol):
@@ -79,11 +79,25 @@ def parent_view(ind: KernelRecord) -> Parent:
                   r.percent_of_peak if r else None, dict(r.profile) if r else {})
 
 
-def unified_diff(a: str, b: str, limit: int = DIFF_LINES) -> str:
-    lines = list(difflib.unified_diff(a.splitlines(), b.splitlines(), "parent.py", "child.py", lineterm=""))
-    if len(lines) > limit:
-        lines = lines[:limit] + [f"... ({len(lines) - limit} more diff lines)"]
-    return "\n".join(lines)
+def describe_kernel_inputs(problem: Problem) -> str:
+    """`x: float32[4096, 7168]`, one per kernel argument (names from the baseline's signature)."""
+    args = problem.to_kernel_inputs(problem.make_inputs(0))
+    names: list[str] = []
+    try:
+        for node in ast.walk(ast.parse(problem.baseline_source)):
+            if isinstance(node, ast.FunctionDef) and node.name == "kernel":
+                names = [a.arg for a in node.args.args]
+                break
+    except SyntaxError:
+        pass
+    parts = []
+    for i, a in enumerate(args):
+        name = names[i] if i < len(names) else f"arg{i}"
+        if isinstance(a, np.ndarray):
+            parts.append(f"{name}: {a.dtype}[{', '.join(map(str, a.shape))}]")
+        else:
+            parts.append(f"{name} = {a!r}")
+    return ", ".join(parts)
 
 
 class Engine:
@@ -101,6 +115,7 @@ class Engine:
         self.np_rng = np.random.default_rng(cfg.run.seed)  # variation operators
         self.generation = -1                                # last completed generation
         self.states: dict[str, ProblemState] = {}
+        self._inputs: dict[str, str] = {}                   # problem -> kernel argument summary
 
         self.toolbox = base.Toolbox()
         self.toolbox.register("select", selection_operator(cfg.selection, self.py_rng))
@@ -115,9 +130,11 @@ class Engine:
 
     # ---------------------------------------------------------------------------------
     def _context(self, problem: Problem) -> Context:
-        return Context(problem=problem.name, reference_source=getattr(problem, "reference_source", ""),
+        if problem.name not in self._inputs:
+            self._inputs[problem.name] = describe_kernel_inputs(problem)
+        return Context(problem=problem.name, reference_source=problem.reference_source,
                        generation=self.generation + 1, rng=self.np_rng, lessons=self.memory.lessons(),
-                       baseline_source=problem.baseline_source)
+                       baseline_source=problem.baseline_source, inputs=self._inputs[problem.name])
 
     def _children_per_request(self, kind: str) -> int:
         per = getattr(self.operators, "children_per_request", None)
@@ -311,7 +328,7 @@ class Engine:
         rationales = self.operators.summarize(views, ctx)
         for cand, (pv, cv, _), text in zip(chosen, views, rationales):
             if text:
-                self.memory.add(cand, text, unified_diff(pv.source, cv.source), generation)
+                self.memory.add(cand, text, kernel_diff(pv.source, cv.source), generation)
 
     # ---------------------------------------------------------------------------------
     def best(self, problem: str) -> KernelRecord:

@@ -90,18 +90,29 @@ def eval_settings(cfg: Config) -> Any:
                         cache_dir=e.cache_dir)
 
 
-def choose_operators(cfg: Config, folder: RunFolder | None) -> tuple[Any, str]:
-    """The operator set for `operators.kind`, and a one-line reason for the choice."""
-    kind = cfg.operators.kind
-    if kind == "tuning":
-        return TuningOperators(), "operators.kind = tuning: offline knob-tuning operators"
-    if kind == "auto" and not cfg.llm.base_url:
-        return TuningOperators(), "operators.kind = auto and no llm.base_url is set: offline knob-tuning operators"
-    if not cfg.llm.base_url or not cfg.llm.model:
-        raise UserError("operators.kind = llm needs llm.base_url and llm.model")
-    from operators import llm  # imported only when an endpoint is configured
+def choose_operators(cfg: Config, run_dir: Path | None, check: bool = True) -> tuple[Any, str]:
+    """The operator set for `operators.kind`, and a sentence saying why. With LLM operators the
+    endpoint is checked first, so an unreachable one stops the run before anything is spent."""
+    from operators.llm.mixing import resolve_kind
 
-    return llm.build_operators(cfg, folder.root if folder else None, tuning=TuningOperators())
+    kind, why = resolve_kind(cfg.operators.kind, cfg.llm.base_url)
+    if kind == "tuning":
+        return TuningOperators(), why
+    from operators import llm  # imported only when LLM operators are wanted
+
+    settings = llm.Settings.from_config(cfg)
+    if check:
+        try:
+            llm.check_endpoint(settings.llm)
+        except llm.EndpointError as exc:
+            raise UserError(str(exc)) from None
+    if run_dir is None:
+        return None, why
+    ops = llm.LLMOperators(settings.llm, settings.budget, run_dir)
+    if cfg.operators.llm_fraction < 1.0:
+        share = f"{cfg.operators.llm_fraction:.0%} of requests to the LLM, the rest to knob tuning"
+        return llm.MixedOperators(ops, TuningOperators(), cfg.operators.llm_fraction), f"{why}; {share}"
+    return ops, why
 
 
 def new_memory(cfg: Config, seed: bool = True) -> OptimizationMemory:
@@ -153,7 +164,7 @@ class Run:
         write_json_atomic(self.folder.memory, {"entries": self.engine.memory.to_json()})
         state = self.engine.state_dict()
         state.update(version=CHECKPOINT_VERSION, config_hash=self.cfg.hash(), written=time.time(),
-                     llm_totals=_ledger_totals(self.operators))
+                     llm_spent=_llm_spent(self.operators))
         write_json_atomic(self.folder.checkpoint_path(self.engine.generation), state)
 
     def stop_reason(self) -> str | None:
@@ -184,8 +195,8 @@ class Run:
         return Outcome(self.folder, best, stop, self.cfg.evaluation.target)
 
 
-def _ledger_totals(operators: Any) -> dict[str, Any]:
-    fn = getattr(operators, "ledger_totals", None)
+def _llm_spent(operators: Any) -> dict[str, Any]:
+    fn = getattr(operators, "spent", None)
     return fn() if fn else {}
 
 
@@ -204,10 +215,11 @@ def start_run(cfg: Config, run_id: str, *, progress: bool = True, log: Callable[
     """`run`: a new run folder, generation 0, then generations up to `cfg.run.gens`."""
     problems = load_problems(problem_specs(cfg))
     memory = new_memory(cfg)
+    choose_operators(cfg, None)  # fails fast (exit 2) on an unreachable LLM endpoint
     folder = RunFolder.create(cfg.run.out, run_id)
     write_text_atomic(folder.config, config_mod.to_toml(cfg))
     log(f"run folder: {folder.root}")
-    operators, why = choose_operators(cfg, folder)
+    operators, why = choose_operators(cfg, folder.root, check=False)
     log(f"operators: {why}")
     return _drive(cfg, folder, problems, operators, memory, None, cfg.run.gens, progress, log, evaluator_factory)
 
@@ -219,7 +231,7 @@ def resume_run(path: str | Path, gens: int | None = None, *, progress: bool = Tr
     cfg = _saved_config(folder)
     checkpoint = newest_checkpoint(folder, cfg)
     problems = load_problems(problem_specs(cfg))
-    operators, why = choose_operators(cfg, folder)
+    operators, why = choose_operators(cfg, folder.root)
     log(f"resuming {folder.root} from generation {checkpoint['generation']}; operators: {why}")
     _truncate_evaluations(folder, checkpoint["generation"])
     # The checkpoint restores the memory (including entries first read from memory.path).
@@ -241,6 +253,10 @@ def _drive(cfg: Config, folder: RunFolder, problems: list[Problem], operators: A
             outcome = run.until(gens)
         except BaselineError as exc:
             raise UserError(str(exc)) from None
+        finally:
+            close = getattr(operators, "close", None)
+            if close:
+                close()
     if cfg.run.report:
         from .report import write_report
 

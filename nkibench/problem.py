@@ -9,6 +9,7 @@ boundary.
 from __future__ import annotations
 
 import abc
+import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -82,6 +83,11 @@ class Problem(abc.ABC):
     def from_kernel_outputs(self, raw: Any, reference_out: tuple[np.ndarray, ...]) -> list[np.ndarray]:
         """The kernel's return value rearranged to match `reference_out` one to one."""
 
+    @property
+    def reference_source(self) -> str:
+        """The NumPy reference as source text (what LLM prompts show)."""
+        return ""
+
     # Convenience for the flop/byte properties named in DESIGN.md.
     @property
     def flops_matmul(self) -> float | None:
@@ -129,6 +135,10 @@ class BuiltinProblem(Problem):
 
     def make_inputs(self, seed: int) -> list[np.ndarray]:
         return list(self.module.make_inputs(np.random.default_rng(seed), **self.params))
+
+    @property
+    def reference_source(self) -> str:
+        return inspect.getsource(self.module.reference)
 
     def reference(self, *inputs: np.ndarray) -> tuple[np.ndarray, ...]:
         return as_tuple(self.module.reference(*inputs))

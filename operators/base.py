@@ -68,6 +68,7 @@ class Context:
     rng: np.random.Generator      # the only source of randomness operators may use
     lessons: Sequence[Lesson] = ()
     baseline_source: str = ""
+    inputs: str = ""              # the kernel's arguments for prompts, e.g. "x: float32[4096, 7168]"
 
 
 class Operators(Protocol):

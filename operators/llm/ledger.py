@@ -1,0 +1,114 @@
+"""The LLM call ledger: one JSON line per call in `llm_calls.jsonl` in the run folder.
+
+Every call the operators issue is appended as it completes (or is answered from the cache,
+or is not sent because a budget cap was reached), with the role, model, prompt hash, the
+server's token usage, the cost from the configured prices, wall seconds, transport status,
+what the operator made of the reply (`outcome`) and the retries it took. Token and cost
+fields count billed use only: a cached reply records zeros. Known secrets are blanked out of
+every line before it is written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from .budget import Totals
+
+LEDGER_FILE = "llm_calls.jsonl"
+
+# Transport statuses.
+OK = "ok"
+RATE_LIMITED = "rate_limited"
+SERVER_ERROR = "server_error"
+TIMEOUT = "timeout"
+CONNECTION_ERROR = "connection_error"
+BAD_RESPONSE = "bad_response"     # 200 with a body that is not a chat completion
+HTTP_ERROR = "http_error"         # any other refusal (4xx)
+NOT_SENT = "not_sent"             # a budget cap was reached before the call could start
+
+
+@dataclass
+class CallRecord:
+    role: str
+    model: str
+    prompt_hash: str
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float
+    seconds: float
+    status: str
+    cached: bool
+    outcome: str = ""             # e.g. "kernel", "plan", "rationale", "no_code", "empty"
+    error: str = ""
+    attempts: int = 0
+    retries: list[str] = field(default_factory=list)   # why each earlier attempt failed
+    problem: str = ""
+    generation: int = -1
+    sample: str = ""
+    cache_key: str = ""
+    time: str = ""
+
+    @property
+    def billed(self) -> bool:
+        return self.status == OK and not self.cached
+
+    def totals(self) -> Totals:
+        if self.cached:
+            return Totals()
+        return Totals(1 if self.billed else 0, self.prompt_tokens, self.completion_tokens, self.cost_usd)
+
+
+def _from_dict(data: dict[str, Any]) -> CallRecord:
+    names = {f.name for f in dataclasses.fields(CallRecord)}
+    return CallRecord(**{k: v for k, v in data.items() if k in names})
+
+
+class Ledger:
+    """Append-only call log; thread-safe."""
+
+    def __init__(self, path: str | Path, secrets: Iterable[str] = ()) -> None:
+        self.path = Path(path)
+        self._secrets = [s for s in secrets if s]
+        self._lock = threading.Lock()
+
+    def append(self, record: CallRecord) -> None:
+        if not record.time:
+            record.time = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        line = json.dumps(dataclasses.asdict(record), ensure_ascii=False)
+        for secret in self._secrets:
+            line = line.replace(secret, "***")
+        with self._lock:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.path.open("a", encoding="utf-8") as f:
+                f.write(line + "\n")
+
+    def records(self) -> list[CallRecord]:
+        return read_records(self.path)
+
+    def totals(self) -> Totals:
+        """Billed use recorded in the file so far (earlier sessions of the run included)."""
+        total = Totals()
+        for r in self.records():
+            total = total.plus(r.totals())
+        return total
+
+
+def read_records(path: str | Path) -> list[CallRecord]:
+    """The records of a ledger file; a torn last line (a crash mid-write) is skipped."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return []
+    out = []
+    for line in text.splitlines():
+        try:
+            out.append(_from_dict(json.loads(line)))
+        except (json.JSONDecodeError, TypeError):
+            continue
+    return out

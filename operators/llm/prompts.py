@@ -1,0 +1,164 @@
+"""Chat messages for every LLM role, built from the templates in operators/prompts/*.md.
+
+Templates use `string.Template` placeholders (`${name}`); this module fills them with the
+problem, the NumPy reference, the kernel(s), their profiles, the optimization memory's lessons
+and, per role, the plan, the error or the diff. The system message of the code-writing roles
+carries the NKI rules and API notes and the `# tune:` knob convention. Everything here is a
+pure function of its arguments, so equal inputs give equal messages (the cache relies on it).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from pathlib import Path
+from string import Template
+from typing import Any, Mapping, Sequence
+
+from .. import base as _base
+from ..diff import kernel_diff
+from ..base import Context, Lesson, Parent
+
+Message = dict[str, str]
+
+MAX_PROFILE_ITEMS = 40
+MAX_ERROR_CHARS = 4000
+MAX_DIFF_LINES = 120
+MAX_LESSON_CHARS = 1500
+
+
+def prompt_dir() -> Path:
+    """operators/prompts/, found next to operators/base.py.
+
+    Not `importlib.resources.files("operators")`: when a test folder of the same name is on
+    sys.path ahead of an editable install, "operators" can resolve to a namespace view whose
+    first portion is that folder.
+    """
+    return Path(_base.__file__).resolve().parent / "prompts"
+
+
+@functools.lru_cache(maxsize=None)
+def template(name: str) -> Template:
+    """A prompt template shipped in operators/prompts/ (package data)."""
+    return Template((prompt_dir() / f"{name}.md").read_text(encoding="utf-8"))
+
+
+def render(name: str, **values: Any) -> str:
+    return template(name).substitute({k: str(v) for k, v in values.items()}).strip() + "\n"
+
+
+def _number(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    if math.isnan(value) or math.isinf(value):
+        return str(value)
+    if value == int(value) and abs(value) < 1e15:
+        return f"{int(value):,}"
+    return f"{value:.4g}"
+
+
+def format_profile(parent: Parent) -> str:
+    """The evaluation's figures for one kernel, one per line, the summary first."""
+    lines = []
+    if parent.speedup is not None:
+        lines.append(f"- speedup over the baseline kernel: {parent.speedup:.3f}x")
+    if parent.latency_ms is not None:
+        lines.append(f"- latency_ms: {parent.latency_ms:.5g}")
+    if parent.percent_of_peak is not None:
+        lines.append(f"- percent of peak throughput (roofline): {parent.percent_of_peak:.1f}%")
+    profile = dict(parent.profile or {})
+    if "bottleneck" in profile:
+        lines.append(f"- bottleneck: {profile.pop('bottleneck')}")
+    shown = 0
+    for key in sorted(profile):
+        value = profile[key]
+        if key == "latency_ms" or not isinstance(value, (int, float, str, bool)):
+            continue
+        if shown == MAX_PROFILE_ITEMS:
+            lines.append(f"- ({len(profile) - shown} more metrics not shown)")
+            break
+        lines.append(f"- {key}: {_number(value)}")
+        shown += 1
+    return "\n".join(lines) if lines else "(no profile available)"
+
+
+def format_lessons(lessons: Sequence[Lesson]) -> str:
+    """The optimization memory as the prompts show it: one section per lesson, in order."""
+    if not lessons:
+        return "(none yet: the optimization memory is empty)"
+    parts = []
+    for i, lesson in enumerate(lessons, 1):
+        if lesson.kind == "regression":
+            head = f"### Lesson {i}: what to avoid (made a {lesson.problem} kernel {1 / lesson.speedup:.2f}x slower)"
+        else:
+            head = f"### Lesson {i}: what worked (made a {lesson.problem} kernel {lesson.speedup:.2f}x faster)"
+        text = lesson.rationale.strip()
+        if len(text) > MAX_LESSON_CHARS:
+            text = text[:MAX_LESSON_CHARS].rstrip() + " ..."
+        parts.append(f"{head}\n\n{text}")
+    return "\n\n".join(parts)
+
+
+def make_diff(before: str, after: str, max_lines: int = MAX_DIFF_LINES) -> str:
+    """A unified diff of two kernel sources (parent -> child), cut to max_lines."""
+    return kernel_diff(before, after, max_lines)
+
+
+def _inputs(ctx: Context) -> str:
+    return ctx.inputs.strip() or "the reference's arguments, in order"
+
+
+def _common(ctx: Context) -> dict[str, str]:
+    return {"problem": ctx.problem, "reference": ctx.reference_source.strip(), "inputs": _inputs(ctx),
+            "lessons": format_lessons(ctx.lessons)}
+
+
+def _chat(system: str, user: str) -> list[Message]:
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+def planner_messages(parent: Parent, ctx: Context) -> list[Message]:
+    user = render("planner", kernel=parent.source.strip(), profile=format_profile(parent), **_common(ctx))
+    return _chat(render("system"), user)
+
+
+def implementer_messages(parent: Parent, plan: str, ctx: Context) -> list[Message]:
+    user = render("implementer", kernel=parent.source.strip(), profile=format_profile(parent), plan=plan.strip(),
+                  **_common(ctx))
+    return _chat(render("system"), user)
+
+
+def crossover_messages(a: Parent, b: Parent, ctx: Context) -> list[Message]:
+    user = render("crossover", kernel_a=a.source.strip(), profile_a=format_profile(a), kernel_b=b.source.strip(),
+                  profile_b=format_profile(b), **_common(ctx))
+    return _chat(render("system"), user)
+
+
+def repair_messages(source: str, error: str, ctx: Context) -> list[Message]:
+    message = error.strip() or "(no error message)"
+    if len(message) > MAX_ERROR_CHARS:
+        message = message[:MAX_ERROR_CHARS] + "\n... (truncated)"
+    user = render("repair", kernel=source.strip(), error=message, **_common(ctx))
+    return _chat(render("system"), user)
+
+
+def summarizer_messages(parent: Parent, child: Parent, ratio: float, ctx: Context) -> list[Message]:
+    faster = ratio >= 1.0
+    user = render(
+        "summarizer", problem=ctx.problem, ratio=f"{ratio:.3f}",
+        direction="is faster than" if faster else "is slower than",
+        verdict="an improvement" if faster else "a regression: write a negative lesson",
+        negative_title="" if faster else " and saying that it made the kernel slower",
+        faster_or_slower="faster" if faster else "slower", up_or_down="down" if faster else "up",
+        apply_or_avoid="apply" if faster else "avoid",
+        parent=parent.source.strip(), parent_profile=format_profile(parent),
+        child=child.source.strip(), child_profile=format_profile(child),
+        diff=make_diff(parent.source, child.source), lessons=format_lessons(ctx.lessons),
+    )
+    return _chat(render("summarizer_system"), user)
+
+
+def messages_key(messages: Sequence[Mapping[str, str]]) -> tuple[tuple[str, str], ...]:
+    return tuple((m["role"], m["content"]) for m in messages)

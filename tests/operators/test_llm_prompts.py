@@ -1,0 +1,96 @@
+"""Prompt construction: every role's messages carry what the issue asks for."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from llm_support import BASELINE, REFERENCE, baseline_parent, context, knob, with_knob
+from operators.base import Lesson, Parent
+from operators.llm import prompts
+
+LESSONS = (Lesson("silu", "improvement", 1.31, "LESSON-good: load 2048 columns per DMA", "diff"),
+           Lesson("rmsnorm", "regression", 1 / 1.4, "LESSON-bad: splitting the reduction added a pass", "diff"))
+LOAD_N = knob(BASELINE, "LOAD_N")
+NEW_LOAD_N = 4096 if LOAD_N != 4096 else 2048
+CHILD = Parent("c" * 64, with_knob(BASELINE, "LOAD_N", NEW_LOAD_N), 1.2, 0.8, 12.0, {"latency_ms": 0.8})
+
+
+def all_messages():
+    ctx = context(lessons=LESSONS)
+    p = baseline_parent()
+    return {
+        "planner": prompts.planner_messages(p, ctx),
+        "implementer": prompts.implementer_messages(p, "Plan: set LOAD_N from 512 to 2048.", ctx),
+        "crossover": prompts.crossover_messages(p, CHILD, ctx),
+        "repair": prompts.repair_messages(BASELINE, "compile_error: line 30: err_num_partition_mismatch", ctx),
+        "summarizer": prompts.summarizer_messages(p, CHILD, 1.25, ctx),
+    }
+
+
+@pytest.mark.parametrize("role", ["planner", "implementer", "crossover", "repair", "summarizer"])
+def test_every_prompt_carries_the_lessons_and_the_kernel(role):
+    system, user = all_messages()[role]
+    assert system["role"] == "system" and user["role"] == "user"
+    assert "LESSON-good: load 2048 columns per DMA" in user["content"]
+    assert "LESSON-bad: splitting the reduction added a pass" in user["content"]
+    if role != "summarizer":
+        assert REFERENCE.strip() in user["content"] and "x: float32[256, 1024]" in user["content"]
+        assert "# tune:" in system["content"] and "nl.affine_range" in system["content"]
+    assert "def kernel(x):" in user["content"]
+    assert not re.search(r"\$\{[a-z_]+\}", user["content"] + system["content"])
+
+
+def test_lessons_say_what_worked_and_what_to_avoid():
+    text = prompts.format_lessons(LESSONS)
+    assert "Lesson 1: what worked (made a silu kernel 1.31x faster)" in text
+    assert "Lesson 2: what to avoid (made a rmsnorm kernel 1.40x slower)" in text
+    assert "memory is empty" in prompts.format_lessons(())
+
+
+def test_profile_lists_the_summary_and_metrics():
+    profile = {"latency_ms": 0.25, "bottleneck": "VectorE bound", "hbm_read_bytes": 4194304,
+               "vector_engine_active_time_percent": 87.25}
+    p = Parent("p", BASELINE, 1.5, 0.25, 33.3, profile)
+    text = prompts.format_profile(p)
+    lines = text.splitlines()
+    assert lines[0] == "- speedup over the baseline kernel: 1.500x"
+    assert "- bottleneck: VectorE bound" in lines
+    assert "- hbm_read_bytes: 4,194,304" in lines and "- vector_engine_active_time_percent: 87.25" in lines
+
+
+def test_mutation_plan_crossover_parents_and_repair_error_are_shown():
+    msgs = all_messages()
+    assert "Plan: set LOAD_N from 512 to 2048." in msgs["implementer"][1]["content"]
+    cross = msgs["crossover"][1]["content"]
+    assert f"LOAD_N = {LOAD_N}  # tune" in cross and f"LOAD_N = {NEW_LOAD_N}  # tune" in cross
+    assert "speedup over the baseline kernel: 1.200x" in cross
+    assert "compile_error: line 30: err_num_partition_mismatch" in msgs["repair"][1]["content"]
+
+
+def test_summarizer_asks_for_a_negative_lesson_on_a_regression():
+    ctx = context()
+    good = prompts.summarizer_messages(baseline_parent(), CHILD, 1.25, ctx)[1]["content"]
+    bad = prompts.summarizer_messages(baseline_parent(), CHILD, 0.7, ctx)[1]["content"]
+    assert "an improvement" in good and "before/after snippet" in good
+    assert "a regression: write a negative lesson" in bad and "When to avoid it" in bad
+    assert f"-LOAD_N = {LOAD_N}" in good and f"+LOAD_N = {NEW_LOAD_N}" in good       # the diff
+
+
+def test_messages_are_a_pure_function_of_their_inputs():
+    assert all_messages() == all_messages()
+
+
+def test_templates_ship_as_package_data():
+    names = {p.name for p in prompts.prompt_dir().iterdir()}
+    assert {"system.md", "planner.md", "implementer.md", "crossover.md", "repair.md", "summarizer.md",
+            "summarizer_system.md"} <= names
+
+
+def test_long_errors_and_diffs_are_cut():
+    ctx = context()
+    user = prompts.repair_messages(BASELINE, "x" * 10_000, ctx)[1]["content"]
+    assert "... (truncated)" in user and len(user) < 10_000
+    diff = prompts.make_diff("\n".join(map(str, range(100))), "\n".join(f"y{i}" for i in range(100)), max_lines=10)
+    assert diff.splitlines()[-1].startswith("... (")
