@@ -204,7 +204,7 @@ def open_evaluator(cfg: Config, folder: RunFolder) -> Any:
     """The evaluation service of a run (a context manager); tests may pass another factory."""
     from fitness.service import Evaluator
 
-    return Evaluator(eval_settings(cfg), run_dir=folder.root)
+    return Evaluator(eval_settings(cfg), run_dir=folder.root.resolve())
 
 
 EvaluatorFactory = Callable[[Config, RunFolder], Any]

@@ -17,3 +17,22 @@ def nkibench_dir() -> Path:
     if not (NKIBENCH_DIR / "summary.json").is_file():
         pytest.skip(f"the official NKIBench folder is absent ({NKIBENCH_DIR} has no summary.json)")
     return NKIBENCH_DIR
+
+
+# The scripted OpenAI-compatible server (tests/llm_server.py) for every test folder.
+from llm_server import ScriptedLLMServer, llm_server  # noqa: E402,F401  (re-exported fixture)
+
+
+@pytest.fixture
+def make_server():
+    """Start extra servers (custom responders or options); all are stopped afterwards."""
+    started: list[ScriptedLLMServer] = []
+
+    def make(*args, **kwargs) -> ScriptedLLMServer:
+        server = ScriptedLLMServer(*args, **kwargs).start()
+        started.append(server)
+        return server
+
+    yield make
+    for server in started:
+        server.stop()
