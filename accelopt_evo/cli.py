@@ -131,9 +131,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         source = path.read_text()
     except OSError as exc:
         raise UserError(f"cannot read kernel file '{path}': {exc.strerror or exc}") from None
-    from fitness.service import Evaluator
+    from fitness.references import ReferenceError as ReferenceFailure
 
-    from .runner import eval_settings, load_problems, problem_specs
+    from .runner import load_problems, open_evaluator, problem_specs
 
     overrides: dict[str, Any] = {"run": {"problems": [args.problem]}}
     if args.suite_dir:
@@ -142,8 +142,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
         overrides["evaluation"] = {"backend": args.backend}
     cfg = _resolve(args, overrides)
     (problem,) = load_problems(problem_specs(cfg))
-    with Evaluator(eval_settings(cfg), run_dir=None) as evaluator:
-        result = evaluator.evaluate(problem.spec, source)
+    with open_evaluator(cfg, None) as evaluator:
+        try:
+            result = evaluator.evaluate(problem.spec, source)
+        except ReferenceFailure as exc:
+            raise UserError(str(exc)) from None
     if args.json:
         print(json.dumps(result.to_dict(), sort_keys=True))
     else:

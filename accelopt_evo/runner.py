@@ -14,6 +14,7 @@ from tqdm import tqdm
 
 from nkibench import registry
 from nkibench.problem import Problem
+from fitness.references import ReferenceError as ReferenceFailure
 from operators.tuning import TuningOperators
 
 from . import config as config_mod
@@ -200,11 +201,15 @@ def _llm_spent(operators: Any) -> dict[str, Any]:
     return fn() if fn else {}
 
 
-def open_evaluator(cfg: Config, folder: RunFolder) -> Any:
+def open_evaluator(cfg: Config, folder: RunFolder | None) -> Any:
     """The evaluation service of a run (a context manager); tests may pass another factory."""
+    from fitness.backends import BackendError
     from fitness.service import Evaluator
 
-    return Evaluator(eval_settings(cfg), run_dir=folder.root.resolve())
+    try:
+        return Evaluator(eval_settings(cfg), run_dir=folder.root.resolve() if folder else None)
+    except BackendError as exc:
+        raise UserError(str(exc)) from None
 
 
 EvaluatorFactory = Callable[[Config, RunFolder], Any]
@@ -251,7 +256,7 @@ def _drive(cfg: Config, folder: RunFolder, problems: list[Problem], operators: A
         run = Run(cfg, folder, engine, operators, progress=progress, log=log)
         try:
             outcome = run.until(gens)
-        except BaselineError as exc:
+        except (BaselineError, ReferenceFailure) as exc:
             raise UserError(str(exc)) from None
         finally:
             close = getattr(operators, "close", None)

@@ -1,0 +1,36 @@
+"""Simulator backend, worker side: the NKI emulator runs the kernel, the performance model
+estimates its latency on the target from the instruction trace (deterministic: the same
+source gives the same latency)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..precision import DtypeUse, trace_dtypes
+
+
+class SimulatorRunner:
+    allow_exec = False
+
+    def __init__(self, target: str) -> None:
+        from fitness.simulator import install_neuronxcc, run_kernel
+        from fitness.simulator.perf import estimate
+
+        install_neuronxcc()
+        self.target = target
+        self._run_kernel = run_kernel
+        self._estimate = estimate
+
+    def run(self, source: str, args: list[Any]) -> tuple[Any, Any]:
+        result = self._run_kernel(source, args, filename="kernel.py", kernel_name="kernel")
+        return result.outputs, result.trace
+
+    def measure(self, source: str, args: list[Any], trace: Any) -> tuple[float, dict[str, Any]]:
+        # The trace does not depend on the data, so one estimate serves every seed.
+        est = self._estimate(trace, self.target)
+        profile = dict(est.profile)
+        profile["bottleneck"] = est.bottleneck
+        return float(est.latency_ms), profile
+
+    def structure_dtypes(self, trace: Any) -> list[DtypeUse]:
+        return trace_dtypes(trace)

@@ -1,0 +1,107 @@
+"""The evaluation cache: an EvalResult per (kernel, problem, backend, target, gate, evaluator).
+
+Keyed by the normalized kernel source (so formatting and comments do not matter), the problem
+and its shape, the backend and target, the gate settings (seeds, held-out seeds, tolerance)
+and the evaluator's version, which includes a digest of the fitness and nkibench sources so
+that a changed simulator or problem never serves stale results. Entries are JSON files
+written atomically, in the run folder and optionally in a cache folder shared between runs.
+Only outcomes that do not depend on the sandbox limits are stored (not timeouts, memory
+exhaustion or crashes).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any, Sequence
+
+from nkibench.problem import ProblemSpec
+
+from .normalize import normalize_source
+from .result import COMPILE_ERROR, INCORRECT, OK, REJECTED, EvalResult
+from .settings import EVALUATOR_VERSION
+
+CACHEABLE = frozenset({OK, REJECTED, COMPILE_ERROR, INCORRECT})
+_PACKAGES = ("fitness", "nkibench")
+
+
+@functools.lru_cache(maxsize=1)
+def code_digest() -> str:
+    """Digest of the sources that decide a result: the fitness and nkibench packages."""
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for pkg in _PACKAGES:
+        for path in sorted((root / pkg).rglob("*.py")):
+            h.update(str(path.relative_to(root)).encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def evaluator_version() -> str:
+    return f"{EVALUATOR_VERSION}-{code_digest()}"
+
+
+def cache_key(source: str, spec: ProblemSpec, backend: str, target: str, gate: Sequence[Any],
+              version: str) -> str:
+    blob = json.dumps({
+        "source": normalize_source(source), "problem": [spec.name, list(spec.params), spec.suite_dir],
+        "backend": backend, "target": target, "gate": list(gate), "version": version,
+    }, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+class EvalCache:
+    """Results by key: in memory, then in each folder (the first one is the run's own)."""
+
+    def __init__(self, folders: Sequence[Path]) -> None:
+        self.folders = [Path(f) for f in folders]
+        self._memory: dict[str, EvalResult] = {}
+        self._lock = threading.Lock()
+
+    def _path(self, folder: Path, key: str) -> Path:
+        return folder / key[:2] / f"{key}.json"
+
+    def get(self, key: str) -> EvalResult | None:
+        """A copy of the stored result (marked cached), or None."""
+        with self._lock:
+            hit = self._memory.get(key)
+        if hit is None:
+            for folder in self.folders:
+                try:
+                    data = json.loads(self._path(folder, key).read_text())
+                    hit = EvalResult.from_dict(data["result"])
+                except (OSError, ValueError, KeyError, TypeError):
+                    continue
+                with self._lock:
+                    self._memory[key] = hit
+                if folder != self.folders[0]:
+                    self._write_all(key, hit, only=self.folders[:1])
+                break
+        if hit is None:
+            return None
+        return EvalResult.from_dict({**hit.to_dict(), "cached": True})
+
+    def put(self, key: str, result: EvalResult) -> None:
+        if result.status not in CACHEABLE:
+            return
+        with self._lock:
+            self._memory[key] = result
+        self._write_all(key, result, only=self.folders)
+
+    def _write_all(self, key: str, result: EvalResult, only: Sequence[Path]) -> None:
+        text = json.dumps({"key": key, "result": {**result.to_dict(), "cached": False}}, sort_keys=True)
+        for folder in only:
+            path = self._path(folder, key)
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+                with os.fdopen(fd, "w") as f:
+                    f.write(text)
+                os.replace(tmp, path)
+            except OSError:
+                continue   # a read-only shared cache must not stop a run

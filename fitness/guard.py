@@ -1,0 +1,103 @@
+"""In-process guard of the kernel process: a PEP 578 audit hook installed before the kernel runs.
+
+The static policy (fitness.policy) keeps a kernel from naming files, processes or sockets; the
+guard is the second line for whatever the policy missed. Once installed (it cannot be removed),
+the process may read only the Python installation, the project's own packages, the input files
+it was given and its working directory, may write only in its working directory, and may not
+re-open inherited descriptors, start processes, open sockets, load foreign code through ctypes,
+or signal other processes.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+from pathlib import Path
+from typing import Any, Iterable
+
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
+
+_EXEC_EVENTS = frozenset({
+    "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty", "subprocess.Popen",
+    "pty.spawn", "os.startfile",
+})
+_DENIED_EVENTS = frozenset({
+    "os.kill", "os.killpg", "signal.pthread_kill", "os.symlink", "os.link", "os.chmod", "os.chown",
+    "os.chdir", "os.chroot", "os.chflags", "builtins.input", "builtins.breakpoint", "webbrowser.open",
+    "sys.remote_exec", "os.setxattr", "os.removexattr",
+})
+_DENIED_PREFIXES = ("socket.", "ctypes.", "shutil.", "winreg.", "_winapi.", "msvcrt.")
+# Path events allowed inside the working directory only.
+_WRITE_EVENTS = frozenset({"os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.truncate", "os.utime"})
+_LIST_EVENTS = frozenset({"os.listdir", "os.scandir", "glob.glob", "glob.glob/2"})
+_DENIED_IMPORTS = frozenset({"socket", "_socket", "ctypes", "_ctypes", "subprocess", "_posixsubprocess", "pty",
+                             "multiprocessing", "urllib", "http", "ssl", "_ssl", "pickle", "webbrowser"})
+
+
+class SandboxViolation(PermissionError):
+    """The kernel process tried something the sandbox does not allow."""
+
+
+def python_roots() -> list[str]:
+    """Folders the interpreter itself needs to read (standard library, site-packages)."""
+    paths = sysconfig.get_paths()
+    roots = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
+    return sorted(roots)
+
+
+def install(readable_files: Iterable[str | Path], readable_dirs: Iterable[str | Path], workdir: str | Path,
+            allow_exec: bool = False) -> None:
+    """Install the guard for the rest of this process's life.
+
+    `allow_exec` is for the trainium backend, whose compiler and runtime read the SDK's files,
+    start programs and talk to the Neuron driver: there the guard only keeps this process's
+    writes inside the working directory, and the static policy is the main line."""
+    files = frozenset(os.path.realpath(p) for p in readable_files)
+    roots = tuple(os.path.join(os.path.realpath(p), "") for p in readable_dirs)
+    work = os.path.join(os.path.realpath(workdir), "")
+
+    def inside(path: Any, prefixes: tuple[str, ...]) -> bool:
+        p = os.path.join(os.path.realpath(os.fsdecode(path)), "")
+        return p.startswith(prefixes)
+
+    def hook(event: str, args: tuple[Any, ...]) -> None:
+        if event == "open":
+            path, mode, flags = (tuple(args) + (None, None))[:3]
+            if isinstance(path, int):
+                # Re-opening an inherited descriptor (the report channel is one) is how a kernel
+                # would forge the worker's messages; the worker opened its own beforehand.
+                if allow_exec:
+                    return
+                raise SandboxViolation(f"sandbox: opening file descriptor {path} is not allowed")
+            if path is None:
+                return
+            writing = bool(mode and any(c in str(mode) for c in "wax+")) or bool((flags or 0) & _WRITE_FLAGS)
+            if inside(path, (work,)):
+                return
+            if writing:
+                raise SandboxViolation(f"sandbox: writing '{os.fsdecode(path)}' is not allowed")
+            if allow_exec or os.path.realpath(os.fsdecode(path)) in files or inside(path, roots):
+                return
+            raise SandboxViolation(f"sandbox: reading '{os.fsdecode(path)}' is not allowed")
+        if event in _WRITE_EVENTS:
+            if not args or not inside(args[0], (work,)):
+                raise SandboxViolation(f"sandbox: {event} outside the working directory is not allowed")
+            return
+        if allow_exec:
+            return   # the Neuron SDK needs the rest
+        if event in _LIST_EVENTS:
+            if args and args[0] is not None and not isinstance(args[0], int) and not inside(args[0], roots + (work,)):
+                raise SandboxViolation(f"sandbox: listing '{os.fsdecode(args[0])}' is not allowed")
+            return
+        if event == "import":
+            top = str(args[0]).split(".")[0] if args else ""
+            if top in _DENIED_IMPORTS:
+                raise SandboxViolation(f"sandbox: importing '{args[0]}' is not allowed")
+            return
+        if event in _EXEC_EVENTS:
+            raise SandboxViolation(f"sandbox: starting a process ({event}) is not allowed")
+        if event in _DENIED_EVENTS or event.startswith(_DENIED_PREFIXES):
+            raise SandboxViolation(f"sandbox: {event} is not allowed")
+
+    sys.addaudithook(hook)

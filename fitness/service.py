@@ -1,0 +1,347 @@
+"""The evaluation service: `Evaluator` turns kernel sources into EvalResults.
+
+One evaluation: cache lookup -> static policy -> precision of the source's dtype references ->
+reference data of every seed (computed once per problem and seed, in another process) -> a
+fresh sandboxed kernel process that runs the kernel on each seed while this process judges
+the outputs seed by seed -> latency and profile from the backend -> speedup against the
+problem's baseline on the same backend and target, percent of the roofline peak.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import shutil
+import signal
+import tempfile
+import threading
+import time
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from nkibench.problem import Problem, ProblemSpec
+from nkibench.registry import load
+
+from . import backends, gate, policy, precision, sandbox
+from .backends.trainium import CoreLeases, core_env
+from .cache import EvalCache, cache_key, evaluator_version
+from .forkserver import ForkServer
+from .normalize import kernel_id
+from .pool import EvalPool
+from .references import ReferenceError, ReferenceStore, SeedData
+from .result import COMPILE_ERROR, CRASHED, INCORRECT, OK, REJECTED, TIMEOUT, EvalResult
+from .roofline import percent_of_peak, roofline
+from .settings import EvalSettings
+
+
+# What the fork server imports once for every simulator kernel process.
+FORK_PRELOAD = ("numpy", "fitness.worker", "fitness.guard", "fitness.policy", "fitness.precision",
+                "fitness.backends", "fitness.backends.simulator", "fitness.simulator", "fitness.simulator.perf",
+                "nkibench.registry")
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One seed of the gate; held-out seeds are labelled by position, never by value."""
+
+    label: str
+    data: SeedData
+
+
+class Evaluator:
+    """Evaluates kernels for the engine and the `eval` command; a context manager owning the
+    worker pool, the fork server, the reference data (a temporary folder) and the cache
+    (`run_dir/cache/evaluations/`, and `settings.cache_dir/evaluations/` when set)."""
+
+    def __init__(self, settings: EvalSettings, run_dir: Path | None = None) -> None:
+        self.settings = settings
+        name, reason = backends.choose(settings.backend)
+        self._backend_choice = (name, reason)
+        workers = settings.workers
+        self._cores: CoreLeases | None = None
+        if name == "trainium":
+            cores = backends.probe_neuron().cores
+            workers = cores             # one evaluation per NeuronCore
+            self._cores = CoreLeases(cores)
+        self.run_dir = Path(run_dir) if run_dir else None
+        folders = [self.run_dir / "cache" / "evaluations"] if self.run_dir else []
+        if settings.cache_dir:
+            folders.append(Path(settings.cache_dir) / "evaluations")
+        self._cache = EvalCache(folders)
+        # Reference data lives as long as the evaluator: at paper shapes it is GBs per problem,
+        # too much to keep in every run folder, and recomputing it once per session is cheap.
+        self._tmp = Path(tempfile.mkdtemp(prefix="accelopt-evo-"))
+        self._refs = ReferenceStore(self._tmp / "references")
+        # Simulator kernel processes are forked from a preloaded server; the trainium backend
+        # spawns them (the Neuron runtime must not be inherited through fork).
+        self._forkserver: ForkServer | None = ForkServer(FORK_PRELOAD, self._tmp) if name == "simulator" else None
+        self._pool = EvalPool(workers)
+        self._processes = sandbox.ProcessRegistry()
+        self._version = evaluator_version()
+        self._lock = threading.Lock()
+        self._baselines: dict[ProblemSpec, Future] = {}
+        self._closed = False
+
+    # -- public API ------------------------------------------------------------------------
+    @property
+    def backend_choice(self) -> tuple[str, str]:
+        """(backend name, one-line reason), e.g. ("simulator", "auto: no Neuron SDK importable")."""
+        return self._backend_choice
+
+    @property
+    def backend(self) -> str:
+        return self._backend_choice[0]
+
+    def evaluate(self, spec: ProblemSpec, source: str) -> EvalResult:
+        return self.evaluate_many(spec, [source])[0]
+
+    def evaluate_many(self, spec: ProblemSpec, sources: Sequence[str],
+                      progress: bool | str = False) -> list[EvalResult]:
+        """Results in input order; distinct kernels run in parallel, identical ones once."""
+        self._check_open()
+        if not sources:
+            return []
+        started = time.monotonic()
+        baseline = self._baseline_future(spec)
+        keys = [self._key(spec, s) for s in sources]
+        ready: dict[str, EvalResult] = {}
+        futures: dict[str, Future] = {}
+        for key, source in zip(keys, sources):
+            if key in ready or key in futures:
+                continue
+            hit = self._cache.get(key)
+            if hit is not None:
+                ready[key] = dataclasses.replace(hit, seconds=time.monotonic() - started)
+            else:
+                futures[key] = self._pool.submit(key, functools.partial(self._evaluate_raw, spec, source, key))
+        for _ in self._pool.completed(list(futures.values()), progress):
+            pass
+        ready.update({key: f.result() for key, f in futures.items()})
+        base = baseline.result()
+        return [self._finish(spec, ready[key], base) for key in keys]
+
+    def baseline(self, spec: ProblemSpec) -> EvalResult:
+        """The problem's baseline kernel on this backend and target (evaluated once)."""
+        self._check_open()
+        base = self._baseline_future(spec).result()
+        return self._finish(spec, base, base)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._processes.kill_all()
+        self._pool.close()
+        if self._forkserver is not None:
+            self._forkserver.close()
+        shutil.rmtree(self._tmp, ignore_errors=True)
+
+    def __enter__(self) -> "Evaluator":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- one evaluation ----------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("the evaluator is closed")
+
+    def _key(self, spec: ProblemSpec, source: str) -> str:
+        s = self.settings
+        gate_settings = [list(s.seeds), list(s.heldout_seeds), s.rel_tol]
+        return cache_key(source, spec, self.backend, s.target, gate_settings, self._version)
+
+    def _baseline_future(self, spec: ProblemSpec) -> Future:
+        with self._lock:
+            future = self._baselines.get(spec)
+            if future is None or (future.done() and future.exception() is not None):
+                source = load(spec).baseline_source
+                key = self._key(spec, source)
+                hit = self._cache.get(key)
+                if hit is not None:
+                    future = Future()
+                    future.set_result(hit)
+                else:
+                    future = self._pool.submit(key, functools.partial(self._evaluate_raw, spec, source, key))
+                self._baselines[spec] = future
+            return future
+
+    def _evaluate_raw(self, spec: ProblemSpec, source: str, key: str) -> EvalResult:
+        """The result without speedup and percent of peak (those depend on the baseline)."""
+        started = time.monotonic()
+        hit = self._cache.get(key)
+        if hit is not None:
+            return dataclasses.replace(hit, seconds=time.monotonic() - started)
+        try:
+            result = self._compute(spec, source)
+        except ReferenceError:
+            raise   # the problem's reference is broken: no kernel can be judged
+        except Exception as exc:  # an evaluator bug must not end the run; say what happened
+            result = EvalResult(CRASHED, f"internal error of the evaluator: {type(exc).__name__}: {exc}")
+        result.kernel_id = kernel_id(source)
+        result.problem = spec.label()
+        result.backend = self.backend
+        result.target = self.settings.target
+        result.seconds = time.monotonic() - started
+        self._cache.put(key, result)
+        return result
+
+    def _compute(self, spec: ProblemSpec, source: str) -> EvalResult:
+        try:
+            violations = policy.check(source)
+        except SyntaxError as exc:
+            return EvalResult(COMPILE_ERROR, policy.syntax_error_message(exc))
+        if violations:
+            return EvalResult(REJECTED, f"policy: {violations[0]}")
+        problem = load(spec)
+        cases = self._cases(spec)
+        reference_dtypes = [np.load(p, mmap_mode="r").dtype for p in cases[0].data.expected]
+        downgraded = precision.downgrades(precision.source_dtypes(source), reference_dtypes)
+        if downgraded:
+            return EvalResult(INCORRECT, _precision_message(downgraded[0], reference_dtypes))
+        workdir = Path(tempfile.mkdtemp(prefix="accelopt-evo-kernel-", dir=_work_root()))
+        try:
+            judge = _Judge(problem, cases, self.settings.rel_tol or problem.tolerance, workdir)
+            request = {
+                "source": source, "problem": [spec.name, list(spec.params), spec.suite_dir],
+                "backend": self.backend, "target": self.settings.target, "options": {},
+                "cases": [{"label": c.label, "inputs": list(c.data.inputs)} for c in cases],
+            }
+            limits = sandbox.Limits(self.settings.timeout_s, self.settings.memory_limit_mb)
+            if self._cores is not None:
+                with self._cores.lease() as core:
+                    outcome = sandbox.run("fitness.worker", request, limits, workdir, judge.on_message,
+                                          extra_env=core_env(core), registry=self._processes)
+            else:
+                outcome = self._run_forked(request, limits, workdir, judge)
+            result = judge.result(outcome, reference_dtypes, self.settings.timeout_s)
+            if result.ok and self.run_dir and judge.artifacts:
+                self._keep_artifacts(workdir, judge.artifacts, kernel_id(source))
+            return result
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    def _run_forked(self, request: dict[str, Any], limits: sandbox.Limits, workdir: Path,
+                    judge: "_Judge") -> sandbox.Outcome:
+        """Run the kernel process from the fork server; spawn it if the server cannot start."""
+        launcher = self._forkserver
+        outcome = sandbox.run("fitness.worker", request, limits, workdir, judge.on_message,
+                              registry=self._processes, launcher=launcher)
+        if outcome.spawn_error and launcher is not None:
+            self._forkserver = None   # from now on every kernel process is spawned
+            launcher.close()
+            outcome = sandbox.run("fitness.worker", request, limits, workdir, judge.on_message,
+                                  registry=self._processes)
+        return outcome
+
+    def _cases(self, spec: ProblemSpec) -> list[Case]:
+        s = self.settings
+        seeds = list(s.seeds) + list(s.heldout_seeds)
+        data = self._refs.ensure(spec, seeds)
+        labels = [f"seed {x}" for x in s.seeds] + [f"held-out seed {i + 1}" for i in range(len(s.heldout_seeds))]
+        return [Case(label, d) for label, d in zip(labels, data)]
+
+    def _keep_artifacts(self, workdir: Path, names: list[str], kid: str) -> None:
+        assert self.run_dir is not None
+        target = self.run_dir / "artifacts" / kid
+        target.mkdir(parents=True, exist_ok=True)
+        for name in names:
+            if (workdir / name).is_file():
+                shutil.copy2(workdir / name, target / Path(name).name)
+
+    def _finish(self, spec: ProblemSpec, raw: EvalResult, baseline: EvalResult) -> EvalResult:
+        """A copy of `raw` with speedup (vs the baseline) and percent of peak filled in."""
+        result = dataclasses.replace(raw, profile=dict(raw.profile))
+        if result.ok and result.latency_ms:
+            if baseline.ok and baseline.latency_ms:
+                result.speedup = baseline.latency_ms / result.latency_ms
+            counts = load(spec).counts
+            if counts is not None:
+                peak = roofline(counts.flops_matmul, counts.flops_vector, counts.hbm_bytes, self.settings.target)
+                result.percent_of_peak = percent_of_peak(peak.peak_latency_ms, result.latency_ms)
+        return result
+
+
+class _Judge:
+    """Judges the outputs a kernel process reports, seed by seed, in the engine process."""
+
+    def __init__(self, problem: Problem, cases: list[Case], tolerance: float, workdir: Path) -> None:
+        self.problem = problem
+        self.cases = cases
+        self.tolerance = tolerance
+        self.workdir = workdir
+        self.judged = 0
+        self.failure: tuple[str, str] | None = None
+        self.done: dict[str, Any] | None = None
+        self.artifacts: list[str] = []
+
+    def on_message(self, msg: dict[str, Any]) -> bool:
+        event = msg.get("event")
+        if event == "outputs":
+            self.failure = self._judge(int(msg["case"]), [str(f) for f in msg["files"]], bool(msg["single"]))
+            self.judged += 1
+            return self.failure is None
+        if event == "failed":
+            self.failure = (str(msg["status"]), str(msg["message"]))
+            return False
+        if event == "done":
+            self.done = msg
+            self.artifacts = [str(a) for a in msg.get("artifacts", [])]
+        return True
+
+    def _judge(self, index: int, files: list[str], single: bool) -> tuple[str, str] | None:
+        case = self.cases[index]
+        paths = [self.workdir / Path(f).name for f in files]
+        try:
+            outs = [np.load(p, mmap_mode="r", allow_pickle=False) for p in paths]
+            expected = tuple(np.load(p, mmap_mode="r", allow_pickle=False) for p in case.data.expected)
+            try:
+                arranged = self.problem.from_kernel_outputs(outs[0] if single and outs else tuple(outs), expected)
+            except (ValueError, TypeError, IndexError) as exc:
+                return INCORRECT, f"{case.label}: {exc}"
+            failure = gate.check_outputs(arranged, expected, self.tolerance, case.label)
+            return (INCORRECT, failure) if failure else None
+        except (OSError, ValueError) as exc:
+            return INCORRECT, f"{case.label}: the kernel's outputs could not be read ({exc})"
+        finally:
+            for p in paths:
+                p.unlink(missing_ok=True)
+
+    def result(self, outcome: sandbox.Outcome, reference_dtypes: list[np.dtype], timeout_s: float) -> EvalResult:
+        """The evaluation's result once the kernel process has ended."""
+        if self.failure is not None:
+            return EvalResult(*self.failure)
+        progress = f"after {self.judged} of {len(self.cases)} seeds"
+        if outcome.timed_out:
+            return EvalResult(TIMEOUT, f"the evaluation exceeded the time limit of {timeout_s:g} s (wall clock), "
+                                       f"{progress}")
+        if outcome.signal == signal.SIGXCPU:
+            return EvalResult(TIMEOUT, f"the kernel process exceeded its CPU-time limit, {progress}")
+        if self.done is None or self.judged < len(self.cases):
+            detail = outcome.stderr.strip().splitlines()[-1:] if outcome.stderr.strip() else []
+            tail = f"; last output: {detail[0][:300]}" if detail else ""
+            return EvalResult(CRASHED, f"{outcome.describe_exit()} {progress}{tail}")
+        uses = [precision.DtypeUse(str(d), int(line), str(what)) for d, line, what in self.done.get("dtypes", [])]
+        downgraded = precision.downgrades(uses, reference_dtypes)
+        if downgraded:
+            return EvalResult(INCORRECT, _precision_message(downgraded[0], reference_dtypes))
+        return EvalResult(OK, latency_ms=float(self.done["latency_ms"]), profile=dict(self.done.get("profile", {})))
+
+
+def _work_root() -> str | None:
+    """Where kernel processes get their working folders: /dev/shm when it is a writable
+    memory file system (kernel outputs pass through it, up to hundreds of MB per seed),
+    else the default temporary folder."""
+    shm = Path("/dev/shm")
+    return str(shm) if shm.is_dir() and os.access(shm, os.W_OK | os.X_OK) else None
+
+
+def _precision_message(use: precision.DtypeUse, reference_dtypes: list[np.dtype]) -> str:
+    ref = ", ".join(sorted({str(d) for d in reference_dtypes}))
+    return (f"precision downgrade: {use.describe()} is narrower than the reference's {ref} "
+            "(kernels must keep the reference's precision)")

@@ -1,0 +1,42 @@
+"""EvalSettings: what the evaluation service needs to know, as one immutable value.
+
+The engine builds it from the `[evaluation]` config section (fitness never imports the engine);
+`heldout_seeds` carries the actual held-out seed values, which the engine derives from the run
+seed so that no prompt ever shows them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Bump when a change of the evaluation service changes results; it is part of every cache key
+# (together with a digest of the fitness and nkibench sources, see fitness.cache).
+EVALUATOR_VERSION = "1"
+
+BACKENDS = ("auto", "simulator", "trainium")
+TARGETS = ("trn1", "trn2")
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    backend: str = "auto"                       # auto | simulator | trainium
+    target: str = "trn1"                        # trn1 | trn2 (the simulator's performance model)
+    seeds: tuple[int, ...] = (0, 21, 42, 63, 84)
+    heldout_seeds: tuple[int, ...] = ()         # extra seeds no prompt shows (values, not a count)
+    rel_tol: float = 0.0                        # 0 = the problem's own tolerance
+    timeout_s: float = 300.0                    # wall clock per evaluation
+    memory_limit_mb: int = 8192                 # address space of the kernel process
+    workers: int = 2                            # concurrent evaluations (trainium: one per NeuronCore instead)
+    cache_dir: str = ""                         # optional evaluation cache shared between runs
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(f"evaluation backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
+        if self.target not in TARGETS:
+            raise ValueError(f"evaluation target must be one of {', '.join(TARGETS)}, got {self.target!r}")
+        if not self.seeds:
+            raise ValueError("evaluation needs at least one seed")
+        if self.timeout_s <= 0 or self.memory_limit_mb < 256 or self.workers < 1 or self.rel_tol < 0:
+            raise ValueError("evaluation limits must be positive (memory_limit_mb >= 256, workers >= 1)")
+        object.__setattr__(self, "seeds", tuple(int(s) for s in self.seeds))
+        object.__setattr__(self, "heldout_seeds", tuple(int(s) for s in self.heldout_seeds))

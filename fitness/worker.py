@@ -1,0 +1,190 @@
+"""The kernel process: runs one untrusted kernel on every seed's inputs, inside the sandbox.
+
+Started by fitness.sandbox with a JSON request on stdin. It lowers its own limits, checks the
+policy again, imports the backend, installs the guard, and only then executes the kernel:
+for each seed it loads the inputs (read-only files; it never sees the expected outputs),
+runs the kernel, writes the raw outputs into its working directory and reports them, so that
+the engine judges seed k while seed k+1 runs. After the last seed it obtains the latency once
+(the trace is the same for every seed). Messages go to a private pipe as JSON lines:
+  {"event": "ready"}                                   (imports done, guard installed)
+  {"event": "outputs", "case": k, "files": [...], "single": bool}
+  {"event": "failed", "status": ..., "message": ...}
+  {"event": "done", "latency_ms": ..., "profile": {...}, "dtypes": [...], "artifacts": [...]}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+from .sandbox import apply_limits
+
+_REPO = Path(__file__).resolve().parents[1]
+MAX_MESSAGE = 1200
+Send = Callable[..., None]
+
+
+def main() -> None:
+    request = json.loads(sys.stdin.buffer.read())
+    apply_limits(request["limits"])
+    channel = os.fdopen(int(request["channel_fd"]), "w")
+
+    def send(**message: Any) -> None:
+        channel.write(json.dumps(message) + "\n")
+        channel.flush()
+
+    try:
+        evaluate(request, send)
+    except BaseException as exc:  # report everything; the parent maps a silent death to `crashed`
+        status, message = classify(exc, request.get("limits", {}).get("memory_mb"))
+        if status == "compile_error":   # not raised by the kernel: an internal failure
+            status = "crashed"
+            message = f"internal error of the kernel process: {message}"
+        send(event="failed", status=status, message=message)
+    finally:
+        channel.close()
+
+
+def evaluate(request: dict[str, Any], send: Send) -> None:
+    from . import guard, policy
+
+    source = request["source"]
+    try:
+        violations = policy.check(source)
+    except SyntaxError as exc:
+        send(event="failed", status="compile_error", message=policy.syntax_error_message(exc))
+        return
+    if violations:
+        send(event="failed", status="rejected", message=f"policy: {violations[0]}")
+        return
+
+    import numpy as np
+
+    from nkibench.problem import ProblemSpec
+    from nkibench.registry import load
+
+    from .backends import load_runner
+
+    name, params, suite_dir = request["problem"]
+    problem = load(ProblemSpec(name, tuple((k, v) for k, v in params), suite_dir))
+    runner = load_runner(request["backend"], request["target"], request.get("options", {}))
+    cases = request["cases"]
+    readable_dirs = guard.python_roots() + [str(_REPO / "fitness"), str(_REPO / "nkibench")]
+    if suite_dir:
+        readable_dirs.append(suite_dir)
+    guard.install([p for case in cases for p in case["inputs"]], readable_dirs, Path.cwd(),
+                  allow_exec=runner.allow_exec)
+
+    send(event="ready")
+    memory_mb = request["limits"]["memory_mb"]
+
+    def fail(exc: BaseException) -> None:
+        status, message = classify(exc, memory_mb)
+        send(event="failed", status=status, message=message)
+
+    first: tuple[Any, Any] | None = None
+    for k, case in enumerate(cases):
+        inputs = [np.array(np.load(p, mmap_mode="r", allow_pickle=False)) for p in case["inputs"]]
+        args = problem.to_kernel_inputs(inputs)
+        try:
+            raw, trace = runner.run(source, args)
+        except BaseException as exc:
+            fail(exc)
+            return
+        del inputs
+        try:
+            files, single = save_outputs(raw, k)
+        except (TypeError, ValueError) as exc:
+            send(event="failed", status="incorrect", message=f"{case['label']}: {exc}")
+            return
+        except BaseException as exc:   # e.g. the emulator refusing to hand out a kernel tensor
+            fail(exc)
+            return
+        send(event="outputs", case=k, files=files, single=single)
+        if first is None:
+            first = (args, trace)
+        del raw, args
+    assert first is not None
+    try:
+        latency, profile = runner.measure(source, first[0], first[1])
+        dtypes = [[u.dtype, u.line, u.what] for u in runner.structure_dtypes(first[1])]
+    except BaseException as exc:
+        status, message = classify(exc, memory_mb)
+        if status == "compile_error" and not _is_nki_error(exc):
+            status, message = "crashed", f"measuring the latency failed: {message}"
+        send(event="failed", status=status, message=message)
+        return
+    send(event="done", latency_ms=latency, profile=profile, dtypes=dtypes,
+         artifacts=list(getattr(runner, "artifacts", [])))
+
+
+def save_outputs(raw: Any, case: int) -> tuple[list[str], bool]:
+    """Write the kernel's return value as .npy files; (file names, returned a single array)."""
+    import numpy as np
+
+    single = not isinstance(raw, (tuple, list))
+    outs = [raw] if single else list(raw)
+    files = []
+    for j, value in enumerate(outs):
+        if value is None:
+            raise ValueError(f"the kernel returned None as output {j}")
+        arr = np.asarray(value)
+        if arr.dtype.hasobject:
+            raise TypeError(f"output {j} is not a numeric array ({type(value).__name__})")
+        name = f"case{case}-out{j}.npy"
+        np.save(name, arr, allow_pickle=False)
+        files.append(name)
+    return files, single
+
+
+def classify(exc: BaseException, memory_mb: int | None = None) -> tuple[str, str]:
+    """(status, message) of an exception raised while a kernel ran."""
+    from .guard import SandboxViolation
+
+    chain = _chain(exc)
+    for e in chain:
+        if isinstance(e, SandboxViolation):
+            return "rejected", str(e)
+    for e in chain:
+        if isinstance(e, MemoryError):
+            limit = f" (limit {memory_mb} MB)" if memory_mb else ""
+            detail = f": {e}" if str(e) else ""
+            return "memory_exceeded", _short(f"the kernel process ran out of memory{limit}{detail}")
+    if _is_nki_error(exc):
+        return "compile_error", _short(str(exc))
+    line = _kernel_line(exc)
+    where = f"kernel.py:{line}: " if line else ""
+    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return "compile_error", _short(where + text)
+
+
+def _is_nki_error(exc: BaseException) -> bool:
+    errors = sys.modules.get("fitness.simulator.errors")
+    return errors is not None and isinstance(exc, errors.NkiError)
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    e: BaseException | None = exc
+    while e is not None and e not in seen:
+        seen.append(e)
+        e = e.__cause__ or e.__context__
+    return seen
+
+
+def _kernel_line(exc: BaseException) -> int:
+    """The innermost line of the kernel's own source in the traceback (0 if none)."""
+    line = 0
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if os.path.basename(frame.filename) == "kernel.py":
+            line = frame.lineno or 0
+    return line
+
+
+def _short(text: str) -> str:
+    text = " ".join(text.split()) if "\n" in text else text
+    return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 3] + "..."

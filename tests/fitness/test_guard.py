@@ -1,0 +1,66 @@
+"""The audit-hook guard of the kernel process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fitness import guard, sandbox
+
+HERE = str(Path(__file__).resolve().parent)
+
+
+def probe(tmp_path: Path, probes: list[tuple[str, str]], files=(), dirs=(), allow_exec=False) -> list[str]:
+    work = tmp_path / "work"
+    work.mkdir()
+    got: list[dict] = []
+    outcome = sandbox.run("guard_target", {"probes": probes, "files": list(files), "dirs": list(dirs),
+                                           "allow_exec": allow_exec},
+                          sandbox.Limits(30, 2048), work, lambda m: got.append(m) is None, path=[HERE])
+    assert outcome.returncode == 0, outcome.stderr
+    return got[0]["results"]
+
+
+def test_reads_outside_the_allowed_places_are_refused(tmp_path):
+    secret = tmp_path / "expected.npy"
+    secret.write_bytes(b"answers")
+    allowed = tmp_path / "input.npy"
+    allowed.write_bytes(b"inputs")
+    res = probe(tmp_path, [("read", str(secret)), ("read", str(allowed)), ("read", "/etc/hostname"),
+                           ("read", guard.python_roots()[0] + "/os.py"), ("listdir", str(tmp_path))],
+                files=[str(allowed)])
+    assert res[0].startswith("refused: sandbox: reading")
+    assert res[1] == "allowed"
+    assert res[2].startswith("refused")
+    assert res[3] == "allowed"
+    assert res[4].startswith("refused: sandbox: listing")
+
+
+def test_writes_only_in_the_working_directory(tmp_path):
+    outside = tmp_path / "outside.txt"
+    res = probe(tmp_path, [("write", str(outside)), ("write", "inside.txt"), ("remove", str(outside)),
+                           ("numpy_save", str(tmp_path / "x.npy")), ("numpy_save", "y.npy")])
+    assert res[0].startswith("refused: sandbox: writing")
+    assert res[1] == "allowed"
+    assert res[2].startswith("refused")
+    assert res[3].startswith("refused") and res[4] == "allowed"
+    assert not outside.exists() and not (tmp_path / "x.npy").exists()
+
+
+def test_processes_sockets_signals_and_risky_imports_are_refused(tmp_path):
+    res = probe(tmp_path, [("exec", ""), ("socket", ""), ("kill", ""), ("ctypes", ""),
+                           ("import", "multiprocessing"), ("import", "json"), ("open_fd", "1")])
+    assert res[0].startswith("refused: sandbox: starting a process")
+    assert res[1].startswith("refused")
+    assert res[2].startswith("refused: sandbox: os.kill")
+    assert res[3].startswith("refused: sandbox: ctypes.")
+    assert res[4].startswith("refused: sandbox: importing 'multiprocessing'")
+    assert res[5] == "allowed"
+    assert res[6].startswith("refused: sandbox: opening file descriptor 1")
+
+
+def test_trainium_mode_lets_the_sdk_run_programs_but_still_keeps_writes_in(tmp_path):
+    res = probe(tmp_path, [("exec", ""), ("read", "/etc/hostname"), ("write", str(tmp_path / "out.txt")),
+                           ("write", "inside.txt")], allow_exec=True)
+    assert res[0] == "allowed" and res[1] in ("allowed", "oserror: [Errno 2] No such file or directory: "
+                                                         "'/etc/hostname'")
+    assert res[2].startswith("refused: sandbox: writing") and res[3] == "allowed"

@@ -1,0 +1,157 @@
+"""The sandboxed child process: environment, limits, deadline, capture, cleanup."""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from fitness import sandbox
+
+HERE = str(Path(__file__).resolve().parent)
+
+
+def run(tmp_path: Path, action: str, timeout_s: float = 20.0, memory_mb: int = 1024, **request):
+    messages: list[dict] = []
+
+    def collect(msg: dict) -> bool:
+        messages.append(msg)
+        return True
+
+    limits = sandbox.Limits(timeout_s=timeout_s, memory_mb=memory_mb, output_bytes=200, grace_s=1.0)
+    outcome = sandbox.run("sandbox_target", {"action": action, **request}, limits, tmp_path, collect, path=[HERE])
+    return outcome, messages
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_environment_is_an_allow_list(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-value")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws-secret")
+    monkeypatch.setenv("SOME_TOKEN", "tok")
+    outcome, messages = run(tmp_path, "env")
+    assert outcome.returncode == 0, outcome.stderr
+    env = messages[0]["env"]
+    assert "OPENAI_API_KEY" not in env and "AWS_SECRET_ACCESS_KEY" not in env and "SOME_TOKEN" not in env
+    assert not any("secret" in v for v in env.values())
+    assert set(env) <= set(sandbox.ENV_ALLOWED) | set(sandbox.ENV_FIXED) | {"HOME", "TMPDIR"}
+    assert env["HOME"] == str(tmp_path)
+
+
+def test_child_runs_in_its_own_group_with_lowered_limits(tmp_path):
+    outcome, messages = run(tmp_path, "facts", timeout_s=7.0, memory_mb=700)
+    facts = messages[0]
+    assert facts["pgid"] == facts["pid"] == facts["sid"] != os.getpgid(0)
+    assert facts["address_space"] == [700 << 20, 700 << 20]
+    assert facts["cpu"][0] == 12 and facts["cpu"][1] <= 17      # timeout + 5 s, hard + 5 s
+    assert facts["core"] == [0, 0]
+    assert Path(facts["cwd"]).resolve() == tmp_path.resolve()
+    assert resource.getrlimit(resource.RLIMIT_AS)[0] != 700 << 20   # the parent is untouched
+
+
+def test_deadline_kills_a_sleeping_child(tmp_path):
+    t0 = time.monotonic()
+    outcome, messages = run(tmp_path, "sleep", timeout_s=1.5)
+    elapsed = time.monotonic() - t0
+    assert outcome.timed_out and messages == [{"started": True}]
+    assert outcome.signal == signal.SIGTERM
+    assert elapsed < 1.5 + 5
+
+
+def test_sigkill_follows_when_sigterm_is_ignored(tmp_path):
+    t0 = time.monotonic()
+    outcome, _ = run(tmp_path, "ignore_term", timeout_s=1.0)
+    assert outcome.timed_out and outcome.signal == signal.SIGKILL
+    assert time.monotonic() - t0 < 1.0 + 1.0 + 3
+
+
+def test_busy_loop_times_out(tmp_path):
+    t0 = time.monotonic()
+    outcome, _ = run(tmp_path, "spin", timeout_s=1.5)
+    assert outcome.timed_out
+    assert time.monotonic() - t0 < 1.5 + 5
+
+
+def test_address_space_limit_turns_a_huge_allocation_into_memory_error(tmp_path):
+    outcome, messages = run(tmp_path, "allocate", memory_mb=512, bytes=200 * 2**30)
+    assert messages == [{"memory_error": True}]
+    assert outcome.returncode == 0
+
+
+def test_output_is_truncated_head_and_tail(tmp_path):
+    outcome, _ = run(tmp_path, "print", n=100_000)
+    assert len(outcome.stdout) < 400 and outcome.stdout.startswith("o") and outcome.stdout.endswith("END")
+    assert "bytes omitted" in outcome.stdout and "bytes omitted" in outcome.stderr
+
+
+def test_many_messages_arrive_in_order(tmp_path):
+    outcome, messages = run(tmp_path, "messages", n=5000)
+    assert [m["i"] for m in messages] == list(range(5000))
+
+
+def test_stop_early_when_the_callback_says_so(tmp_path):
+    seen: list[dict] = []
+
+    def stop_at_first(msg: dict) -> bool:
+        seen.append(msg)
+        return False
+
+    limits = sandbox.Limits(timeout_s=30.0, memory_mb=1024, grace_s=1.0)
+    t0 = time.monotonic()
+    outcome = sandbox.run("sandbox_target", {"action": "sleep"}, limits, tmp_path, stop_at_first, path=[HERE])
+    assert outcome.stopped and not outcome.timed_out and seen == [{"started": True}]
+    assert time.monotonic() - t0 < 5
+
+
+def test_exception_in_callback_still_kills_the_child(tmp_path):
+    def explode(msg: dict) -> bool:
+        raise RuntimeError("judge failed")
+
+    limits = sandbox.Limits(timeout_s=30.0, memory_mb=1024, grace_s=1.0)
+    registry = sandbox.ProcessRegistry()
+    with pytest.raises(RuntimeError):
+        sandbox.run("sandbox_target", {"action": "sleep"}, limits, tmp_path, explode, path=[HERE], registry=registry)
+    assert len(registry) == 0
+
+
+def test_signals_and_exit_codes_are_reported(tmp_path):
+    outcome, _ = run(tmp_path, "segfault")
+    assert outcome.signal == signal.SIGSEGV and "SIGSEGV" in outcome.describe_exit()
+    outcome, _ = run(tmp_path, "exit", code=3)
+    assert outcome.returncode == 3 and "status 3" in outcome.describe_exit()
+
+
+def test_grandchildren_in_the_group_are_killed(tmp_path):
+    outcome, messages = run(tmp_path, "orphan")
+    pid = messages[0]["grandchild"]
+    deadline = time.monotonic() + 5
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(pid)
+
+
+def test_registry_kills_live_children(tmp_path):
+    import threading
+
+    registry = sandbox.ProcessRegistry()
+    limits = sandbox.Limits(timeout_s=60.0, memory_mb=1024, grace_s=1.0)
+    outcomes = []
+    thread = threading.Thread(target=lambda: outcomes.append(
+        sandbox.run("sandbox_target", {"action": "sleep"}, limits, tmp_path, path=[HERE], registry=registry)))
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not len(registry) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    registry.kill_all()
+    thread.join(10)
+    assert not thread.is_alive() and outcomes[0].signal == signal.SIGKILL
