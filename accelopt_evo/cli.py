@@ -166,7 +166,7 @@ def _describe_result(r: Any) -> str:
 
 
 def cmd_problems(args: argparse.Namespace) -> int:
-    from nkibench.listing import format_problem_table, problem_rows
+    from accelopt_evo.listing import format_problem_table, problem_rows
     from nkibench.registry import ProblemError
 
     try:

@@ -19,31 +19,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+from nkibench import paper
+
 from .errors import UserError
 from .files import write_text_atomic
 from .runfolder import RunFolder
 
-# AccelOpt (Zhang et al., MLSys 2026), % of peak throughput per NKIBench kernel on trn1,
-# baseline -> AccelOpt, read off the paper's chart; as listed in ../shared/nkibench/README.md.
 PAPER_SOURCE = "AccelOpt (Zhang et al., MLSys 2026), trn1 figures read off the paper's chart"
-PAPER_TRN1: dict[str, tuple[float, float]] = {
-    "rope_single_freq_apply": (21, 30),
-    "mamba": (28, 36),
-    "gqa_full": (30, 35),
-    "bmm_softmax": (39, 75),
-    "silu": (40, 69),
-    "adamw": (51, 61),
-    "matmul_add_rmsnorm": (54, 64),
-    "bmm": (55, 57),
-    "add_rmsnorm_matmul": (59, 69),
-    "matmul": (62, 83),
-    "rmsnorm_matmul": (69, 72),
-    "lora": (75, 77),
-    "swiglu": (77, 80),
-    "transpose_matmul": (81, 83),
-}
-# The paper's geometric mean % of peak over its 14 kernels (baseline -> AccelOpt).
-PAPER_GEOMEAN: dict[str, tuple[float, float]] = {"trn1": (49, 61), "trn2": (45, 59)}
+PAPER_TRN1 = paper.TRN1_PERCENT_OF_PEAK
+PAPER_GEOMEAN = paper.GEOMEAN_PERCENT_OF_PEAK
 
 STATUS_ORDER = ("ok", "incorrect", "compile_error", "rejected", "timeout", "memory_exceeded", "crashed")
 NO_KERNEL = "operator failed"   # an operator returned no kernel (counted in the logbook only)

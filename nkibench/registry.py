@@ -47,6 +47,12 @@ def make_spec(name: str, shape: str = "paper", params: dict[str, int] | None = N
         if not isinstance(v, int) or isinstance(v, bool) or v < 1:
             raise ProblemError(f"shape parameter {name}.{k} must be a positive integer, got {v!r}")
         values[k] = v
+    check = getattr(mod, "check_shape", None)  # optional: constraints of the operator itself
+    if check is not None:
+        try:
+            check(**values)
+        except ValueError as e:
+            raise ProblemError(f"problem '{name}' cannot take shape {values}: {e}") from None
     return ProblemSpec.make(name, values)
 
 

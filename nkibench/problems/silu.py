@@ -9,6 +9,8 @@ Module layout shared by every built-in problem:
   reference(*inputs) -> array or tuple of arrays
   counts(**shape) -> Counts                        (the paper's flop and byte formulas)
   to_kernel_inputs / from_kernel_outputs          optional; default: identity / reshape
+  check_shape(**shape)                            optional; raises ValueError for shapes the
+                                                  operator itself cannot take
 """
 
 import numpy as np

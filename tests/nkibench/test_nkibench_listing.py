@@ -1,0 +1,74 @@
+"""`problems` listing rows and table."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from accelopt_evo.listing import format_problem_table, problem_rows
+from nkibench.registry import builtin_names
+
+KEYS = {"name", "params", "baseline_path", "bound", "peak_latency_ms", "baseline_latency_ms", "percent_of_peak",
+        "paper_baseline_percent", "tolerance", "target"}
+
+
+def test_builtin_rows():
+    rows = problem_rows()
+    assert [r["name"] for r in rows] == builtin_names()
+    for r in rows:
+        assert KEYS <= set(r)
+        assert r["peak_latency_ms"] > 0 and r["bound"] in ("mm", "vec", "memory")
+        assert r["baseline_path"].endswith(f"baselines/{r['name']}.py")
+        assert r["baseline_latency_ms"] is None and r["percent_of_peak"] is None
+    by_name = {r["name"]: r for r in rows}
+    assert by_name["matmul"]["params"] == {"M": 4096, "N": 12288, "K": 5120}
+    assert by_name["matmul"]["peak_latency_ms"] == pytest.approx(21.701, rel=1e-3)
+    assert by_name["rope_single_freq_apply"]["bound"] == "memory"
+    json.dumps(rows)  # `problems --json` prints them as they are
+    table = format_problem_table(rows)
+    assert all(name in table for name in builtin_names())
+
+
+def test_official_rows_carry_hardware_measurements(nkibench_dir):
+    rows = {r["name"]: r for r in problem_rows(str(nkibench_dir))}
+    assert sorted(rows) == builtin_names()
+    assert rows["swiglu"]["measured_baseline_ms"] == pytest.approx(4.2218, rel=1e-3)
+    assert rows["swiglu"]["peak_latency_ms"] == pytest.approx(3.255, rel=1e-3)
+    assert rows["swiglu"]["measured_percent_of_peak"] == pytest.approx(77.1, abs=0.1)  # the paper: 77
+    assert "trn1 ms" in format_problem_table(list(rows.values()))
+
+
+def test_unknown_operator_has_unknown_peak(tmp_path, make_suite):
+    (row,) = problem_rows(str(make_suite(tmp_path)))
+    assert row["name"] == "scale" and row["bound"] is None and row["peak_latency_ms"] is None
+    assert row["measured_baseline_ms"] is None and row["measured_percent_of_peak"] is None
+    line = format_problem_table([row]).splitlines()[1]
+    assert line.split()[:3] == ["scale", "M=4,N=8", "?"]
+
+
+def test_simulated_baseline_of_a_small_shape():
+    from accelopt_evo.listing import simulate_baseline
+    from nkibench.registry import load, make_spec
+
+    small = simulate_baseline(load(make_spec("matmul", "small")))
+    larger = simulate_baseline(load(make_spec("matmul", "small", {"M": 1024})))
+    assert 0 < small < larger  # twice the rows cost more time
+
+
+@pytest.mark.slow
+def test_simulated_rows_at_paper_shapes():
+    rows = problem_rows(simulate=True)
+    for r in rows:
+        assert r["baseline_latency_ms"] > 0
+        assert 0 < r["percent_of_peak"] <= 100, r  # a baseline cannot beat the roofline
+    assert "% of peak" in format_problem_table(rows)
+
+
+def test_every_case_of_a_suite_is_listed(tmp_path, make_suite):
+    suite = make_suite(tmp_path)
+    summary = json.loads((suite / "summary.json").read_text())
+    case = summary["scale"]["cases"]["0"]
+    summary["scale"]["cases"]["1"] = {**case, "values": {"M": 2, "N": 8}}
+    (suite / "summary.json").write_text(json.dumps(summary))
+    assert [r["params"] for r in problem_rows(str(suite))] == [{"M": 4, "N": 8}, {"M": 2, "N": 8}]
