@@ -564,8 +564,8 @@ def draw_plots(data: RunData, index: dict[tuple[str, str], Kernel]) -> Plots:
         by_gen[e.generation][e.status] += 1
         by_op[e.operator][e.status] += 1
     for entry in _logbook_entries(data):
-        if isinstance(entry.get("gen"), int) and _int(entry.get("failed_ops"), 0) > 0:
-            by_gen[entry["gen"]][NO_KERNEL] += entry["failed_ops"]
+        if isinstance(entry.get("gen"), int):
+            by_gen[entry["gen"]][NO_KERNEL] += _int(entry.get("failed_ops"), 0)  # every logged generation gets a bar
     statuses = [*STATUS_ORDER, *sorted({e.status for e in fresh} - set(STATUS_ORDER)), NO_KERNEL]
     gens = dict(sorted(by_gen.items()))
     _draw(plots, "outcomes_by_generation", folder, None if gens else "no evaluation logged",
