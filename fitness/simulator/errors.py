@@ -1,0 +1,284 @@
+"""Errors the emulator raises for kernels that break an NKI rule.
+
+Each rule has its own exception class whose `code` is the name of the NKI error
+(`err_*`, as listed in the NKI error reference) so that a message reads like the
+compiler's. Codes starting with `emu_` name conditions that NKI has no code for
+(an API the emulator does not implement, host code reaching into a kernel tensor).
+
+Every error carries the kernel source location (`filename`, `line`): the innermost
+stack frame that is not part of the emulator, i.e. the kernel line that made the call.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def is_emulator_file(filename: str) -> bool:
+    """True for source files of this package (frames to skip when locating kernel lines)."""
+    return filename.startswith(_PACKAGE_DIR)
+
+
+def kernel_frame(depth: int = 1):
+    """The innermost caller frame outside the emulator package (the kernel code), or None."""
+    frame = sys._getframe(depth)
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame = frame.f_back
+    return frame
+
+
+def kernel_location(depth: int = 1) -> tuple[str, int]:
+    """(filename, line) of the innermost caller frame outside the emulator package."""
+    frame = kernel_frame(depth + 1)
+    if frame is None:
+        return "<unknown>", 0
+    return frame.f_code.co_filename, frame.f_lineno
+
+
+class NkiError(Exception):
+    """A kernel broke an NKI rule. Message: "<file>:<line>: <code>: <what was wrong>"."""
+
+    code = "err_nki"
+
+    def __init__(self, what: str, filename: str | None = None, line: int | None = None):
+        if filename is None or line is None:
+            filename, line = kernel_location(1)
+        self.what = what
+        self.filename = filename
+        self.line = line
+        super().__init__(f"{filename}:{line}: {self.code}: {what}")
+
+    def __reduce__(self):
+        # Keep the location when the error crosses a process boundary (pickling).
+        return (type(self), (self.what, self.filename, self.line))
+
+
+# --- architecture limits ----------------------------------------------------------------
+
+class PartitionLimitError(NkiError):
+    """A tile or tensor has more than 128 partitions."""
+
+    code = "err_num_partition_exceed_arch_limit"
+
+
+class PartitionMismatchError(NkiError):
+    """Operands of one instruction have different partition counts."""
+
+    code = "err_num_partition_mismatch"
+
+
+class DimensionLimitError(NkiError):
+    """A dimension exceeds an instruction limit (matmul K/M > 128, N > 512, transpose > 128)."""
+
+    code = "err_size_of_dimension_exceed_arch_limit"
+
+
+class PsumBankOverflowError(NkiError):
+    """A PSUM tile needs more than one 2 KiB bank per partition."""
+
+    code = "err_size_of_dimension_exceed_arch_limit"
+
+
+class SbufPartitionOverflowError(NkiError):
+    """One SBUF tile (block) needs more bytes per partition than SBUF has usable."""
+
+    code = "err_stack_overflow_sbuf"
+
+
+class MaxDimensionError(NkiError):
+    """A parameter has more dimensions than the API supports."""
+
+    code = "err_exceed_max_supported_dimension"
+
+
+# --- memories ------------------------------------------------------------------------------
+
+class UnsupportedMemoryError(NkiError):
+    """An operand lives in the wrong memory (load from SBUF, store from PSUM, matmul into SBUF...)."""
+
+    code = "err_unsupported_memory"
+
+
+class ImmutableParameterError(NkiError):
+    """A kernel wrote into an input parameter not annotated `nt.mutable_tensor`."""
+
+    code = "err_cannot_update_immutable_parameter"
+
+
+class SharedHbmScopeError(NkiError):
+    """A `shared_hbm` tensor was created inside a loop or a helper function."""
+
+    code = "err_shared_hbm_must_in_kernel_level"
+
+
+class HbmInitValueError(NkiError):
+    """An HBM tensor was created with an initial value (`nl.zeros(..., buffer=nl.hbm)`)."""
+
+    code = "err_hbm_tensor_with_init_value_not_supported"
+
+
+class OutputNotWrittenError(NkiError):
+    """A kernel output (or part of it) was never written."""
+
+    code = "err_tensor_output_not_written_to"
+
+
+# --- shapes --------------------------------------------------------------------------------
+
+class TileInferenceError(NkiError):
+    """A compute API got a tensor whose first dimension is not the partition dimension."""
+
+    code = "err_failed_to_infer_tile_from_local_tensor"
+
+
+class ShapeMismatchError(NkiError):
+    """Operand shapes that must be equal are not."""
+
+    code = "err_param_shape_mismatch"
+
+
+class BroadcastError(NkiError):
+    """Operand shapes cannot be broadcast together."""
+
+    code = "err_param_shape_incompatible_with_numpy"
+
+
+class MatmulShapeError(NkiError):
+    """Matmul operands have different contraction sizes."""
+
+    code = "err_param_shape_incompatible_with_matmul"
+
+
+class AssignShapeError(NkiError):
+    """An assignment destination is smaller than its source."""
+
+    code = "err_store_dst_shape_smaller_than_other_shape"
+
+
+# --- indexing -------------------------------------------------------------------------------
+
+class MixedIndexingError(NkiError):
+    """A subscript mixes slices (basic) with `nl.arange` expressions (advanced)."""
+
+    code = "err_unsupported_mixing_basic_advanced_tensor_indexing"
+
+
+class OneDimArangeError(NkiError):
+    """A 1-D `nl.arange` was used as an index (it needs `[:, None]` or `[None, :]`)."""
+
+    code = "err_1d_arange_not_supported"
+
+
+class OutOfBoundsError(NkiError):
+    """An access reaches outside a tensor dimension and no mask excludes it."""
+
+    code = "err_tensor_access_out_of_bound"
+
+
+class IndexNotSupportedError(NkiError):
+    """An index the hardware cannot express (partition striding, a slice on a block dim...)."""
+
+    code = "err_tensor_index_not_supported"
+
+
+class AssignToIndexError(NkiError):
+    """An index expression (`nl.arange`, `nl.mgrid`) was assigned to."""
+
+    code = "err_cannot_assign_to_index"
+
+
+class MaskExpressionError(NkiError):
+    """A mask that is not a conjunction of affine comparisons."""
+
+    code = "err_unsupported_expression_in_mask"
+
+
+class MaskNotEqualError(NkiError):
+    """`!=` used to build a mask."""
+
+    code = "err_mask_not_equal_not_supported"
+
+
+# --- loops, scopes, control flow ------------------------------------------------------------
+
+class OutputDependencyError(NkiError):
+    """Different iterations of one `affine_range` loop wrote the same elements."""
+
+    code = "err_unexpected_output_dependencies"
+
+
+class ScopeError(NkiError):
+    """A tensor created inside a loop body was used outside that iteration."""
+
+    code = "err_local_variable_used_out_of_scope"
+
+
+class DynamicControlFlowError(NkiError):
+    """Python control flow (`if`, `bool()`) on the value of a tile."""
+
+    code = "err_dynamic_control_flow_not_supported"
+
+
+class ArangeControlFlowError(NkiError):
+    """Python control flow on an `nl.arange`/`nl.mgrid` expression or a mask."""
+
+    code = "err_control_flow_condition_depending_on_arange"
+
+
+# --- instruction arguments ------------------------------------------------------------------
+
+class ActivationScaleTypeError(NkiError):
+    code = "err_activation_scale_invalid_type"
+
+
+class ActivationScaleShapeError(NkiError):
+    code = "err_activation_scale_scalar_or_vector"
+
+
+class ActivationBiasTypeError(NkiError):
+    code = "err_activation_bias_invalid_type"
+
+
+class UnsupportedOpError(NkiError):
+    """An ALU/activation operator the instruction does not support."""
+
+    code = "err_instruction_unsupported_op"
+
+
+class ReduceAxisError(NkiError):
+    """A reduction over the partition axis (axis 0), which Vector/Scalar engines cannot do."""
+
+    code = "emu_partition_axis_reduction"
+
+
+class UnsupportedDtypeError(NkiError):
+    code = "err_unsupported_dtype_value"
+
+
+class OperandTypeError(NkiError):
+    """An operand of the wrong kind (a Python object where a tile is needed, ...)."""
+
+    code = "err_unexpected_type_of_operand"
+
+
+class ApiOutsideKernelError(NkiError):
+    """An `nl`/`nisa` call made while no kernel runs."""
+
+    code = "err_nki_api_outside_of_nki_kernel"
+
+
+# --- emulator-specific --------------------------------------------------------------------
+
+class UnsupportedApiError(NkiError):
+    """An NKI name the emulator does not implement."""
+
+    code = "emu_unsupported_api"
+
+
+class OpaqueTensorError(NkiError):
+    """Host code tried to read a kernel tensor's data directly (np.asarray, NumPy arithmetic)."""
+
+    code = "emu_opaque_tensor"

@@ -1,0 +1,615 @@
+"""The instruction layer shared by `nl` and `nisa`: operand checks, masks, fresh results,
+assignment into destinations, and the trace records.
+
+An instruction computes eagerly into a fresh anonymous tile (SBUF, or PSUM for TensorE).
+If the first thing the kernel does with that result is `dst[...] = result`, the record is
+rewritten to write `dst` directly (NKI writes instruction results straight into the
+assigned region, no copy instruction); any other first use keeps the anonymous tile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from . import errors
+from . import subscript as S
+from . import tensor as T
+from .indexing import Box, broadcast_shapes, check_mask, mask_array, mask_box
+from .runtime import Machine, machine
+from .tensor import Buffer, Fresh, NkiTensor
+from .trace import (
+    COPY,
+    DMA_LOAD,
+    GPSIMD_ENGINE,
+    HBM,
+    MEMSET,
+    MM,
+    MM_BCAST,
+    MM_TRANSPOSE,
+    PSUM,
+    SBUF,
+    SCALAR,
+    TS,
+    TT,
+    VECTOR,
+    DmaInfo,
+    Instr,
+    MatmulInfo,
+)
+
+ONCHIP = (SBUF, PSUM)
+F32 = np.dtype(np.float32)
+MATMUL_KINDS = (MM, MM_TRANSPOSE, MM_BCAST)
+
+
+def where() -> int:
+    """Kernel source line of the NKI call being executed."""
+    return errors.kernel_location(1)[1]
+
+
+# --- operands ------------------------------------------------------------------------------------
+
+def touch(f: Fresh) -> None:
+    """A fresh result is used as a value: it stays (or becomes again) a tile of its own; an
+    instruction already redirected to a destination then writes both."""
+    if f.state == Fresh.RETARGETED:
+        for ins, _, _, reg in f.writers:
+            ins.writes = ins.writes + (reg,)
+    f.state = Fresh.USED
+
+
+def tile(x, name: str, api: str, memories: Sequence[str] = ONCHIP) -> NkiTensor:
+    """Check that `x` is a tile in one of `memories`, in scope; mark a fresh result as used."""
+    if type(x) is not NkiTensor:
+        raise errors.OperandTypeError(
+            f"operand '{name}' of '{api}' must be a tile (an NKI tensor), got {type(x).__name__}")
+    b = x._b
+    if x._whole and len(x._key) < b.nb:
+        raise errors.TileInferenceError(
+            f"Failed to infer tile from tensor '{b.label}' (shape {list(b.shape)}) for operand '{name}' of "
+            f"'{api}': index its block dimensions {list(b.shape[:b.nb])} with integers first")
+    if b.memory not in memories:
+        raise errors.UnsupportedMemoryError(
+            f"Expected operand '{name}' of '{api}' to be in address space '{'|'.join(memories)}', but got a tile "
+            f"in '{b.memory}' instead.")
+    if b.scope:
+        m = machine()
+        if b.scope is not m.scope:
+            m.check_scope(b)
+    if b.fresh is not None and b.fresh.state != Fresh.USED:
+        touch(b.fresh)
+    return x
+
+
+def is_scalar(x) -> bool:
+    return isinstance(x, (int, float, np.integer, np.floating, np.bool_, bool)) and not isinstance(x, NkiTensor)
+
+
+def active(mask, shape: tuple[int, ...]) -> tuple[Box | None, np.ndarray | None]:
+    """(box, None) for a box mask, (None, bool array) for another mask, (None, None) for none."""
+    if mask is None:
+        return None, None
+    mk = check_mask(mask)
+    if mk is None:
+        return None, None
+    box = mask_box(mk, shape)
+    if box is not None:
+        for (lo, hi), n in zip(box, shape):
+            if lo != 0 or hi != n:
+                return box, None
+        return None, None
+    return None, mask_array(mk, shape)
+
+
+def use(x: NkiTensor, box: Box | None, tile_shape: tuple[int, ...], where_: np.ndarray | None = None) -> NkiTensor:
+    """`x` restricted to the active part of an instruction, bounds-checked."""
+    v = x if box is None else T.restrict(x, box, tile_shape)
+    if v._checks:
+        T.check_bounds(v, None if where_ is None else _align(where_, v._shape))
+    return v
+
+
+def _align(where_: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """A tile-shaped mask array reduced to an operand's (broadcast) shape: any true along
+    broadcast axes."""
+    if where_.shape == shape:
+        return where_
+    n = len(shape)
+    w = where_.reshape(where_.shape[len(where_.shape) - n:]) if where_.ndim > n else where_
+    axes = tuple(k for k in range(n) if shape[k] == 1 and w.shape[k] != 1)
+    return w.any(axis=axes, keepdims=True) if axes else w
+
+
+def fp32(v: NkiTensor) -> np.ndarray:
+    a = T.array(v)
+    return a if a.dtype == F32 else a.astype(F32)
+
+
+def result_dtype(operands, dtype) -> np.dtype:
+    """An explicit dtype, else NKI's promotion of the tile operands (scalars are weak)."""
+    if dtype is not None:
+        return normalize_dtype(dtype)
+    dts = [x._b.dtype for x in operands if isinstance(x, NkiTensor)]
+    if not dts:
+        return F32
+    out = dts[0]
+    for d in dts[1:]:
+        out = promote(out, d)
+    if out.kind in "iub" and any(isinstance(x, (float, np.floating)) for x in operands):
+        return F32
+    return out
+
+
+def promote(a: np.dtype, b: np.dtype) -> np.dtype:
+    if a == b:
+        return a
+    fa, fb = a.kind in "fV", b.kind in "fV"
+    if fa and fb:
+        if {a.name, b.name} == {"float16", "bfloat16"}:
+            return F32
+        return a if a.itemsize >= b.itemsize else b
+    if fa:
+        return a
+    if fb:
+        return b
+    try:
+        r = np.promote_types(a, b)
+    except TypeError:
+        return F32
+    return F32 if r.itemsize > 4 else r
+
+
+_DTYPES: dict = {}
+
+
+def normalize_dtype(dtype) -> np.dtype:
+    """The NumPy dtype of an NKI dtype argument (float64 and 64-bit integers are rejected)."""
+    try:
+        d = _DTYPES.get(dtype)
+    except TypeError:
+        d = None
+    if d is not None:
+        return d
+    d = _normalize_dtype(dtype)
+    try:
+        _DTYPES[dtype] = d
+    except TypeError:
+        pass
+    return d
+
+
+def _normalize_dtype(dtype) -> np.dtype:
+    try:
+        d = np.dtype(dtype)
+    except TypeError:
+        raise errors.UnsupportedDtypeError(f"Unsupported dtype '{dtype}'") from None
+    if d.kind == "f" and d.itemsize == 8:
+        raise errors.UnsupportedDtypeError(
+            "Unsupported dtype 'float64'; NKI dtypes are float32, bfloat16, float16, fp8 and integers up to 32 bits")
+    if d.kind in "iu" and d.itemsize == 8:
+        raise errors.UnsupportedDtypeError(f"Unsupported dtype '{d.name}'; NKI integers are at most 32 bits")
+    return d
+
+
+# --- results ---------------------------------------------------------------------------------------
+
+def new_result(shape: tuple[int, ...], dtype: np.dtype, memory: str, kind: str, line: int) -> NkiTensor:
+    """A fresh anonymous tile for an instruction's output."""
+    m = machine()
+    if len(shape) < 2:
+        shape = tuple(shape) + (1,) * (2 - len(shape))
+    b = Buffer.anon(m, memory, shape, dtype, line)
+    f = Fresh(kind, (b.id, "", memory, shape, b.dtname, b.itemsize, 0, "scratch", b.tpath, line))
+    b.fresh = f
+    m.fresh.append(f)
+    return T.whole(b)
+
+
+def record(m: Machine, kind: str, op: str, engines, out: NkiTensor, out_view: NkiTensor, box, where_,
+           reads: Sequence[NkiTensor], line: int, func: str = "", *, partitions: int | None = None,
+           free: int | None = None, mm=None, dma=None, extra_writes=()) -> Instr:
+    """Append the trace record of an instruction writing fresh tile `out` (active part `out_view`)."""
+    shape = out_view._shape
+    p = shape[0] if partitions is None else partitions
+    if free is None:
+        f = 1
+        for n in shape[1:]:
+            f *= n
+    else:
+        f = free
+    psum = 0
+    strided = False
+    in_dtypes = []
+    regs = []
+    region = T.region
+    for v in reads:
+        b = v._b
+        in_dtypes.append(b.dtname)
+        regs.append(region(v))
+        mem = b.memory
+        if mem == PSUM:
+            psum += 1
+        if mem != HBM and not strided:
+            strided = T.minor_stride_bytes(v) > 16
+    if not strided and out_view._b.memory != HBM:
+        strided = T.minor_stride_bytes(out_view) > 16
+    oreg = region(out_view)
+    ins = m.emit(kind, op, engines, out._b.dtname, tuple(in_dtypes), p, f, tuple(regs),
+                 (oreg,) + tuple(extra_writes), line, func, mm, dma, psum, strided)
+    fr = out._b.fresh
+    if fr is not None and fr.state == Fresh.NEW:
+        fr.writers.append((ins, 0, box, oreg))
+        fr.box = box
+        fr.where = where_
+        fr.kind = kind
+    return ins
+
+
+def compute(api: str, kind: str, engines, func: str, operands: Sequence[tuple[str, Any]], out_shape,
+            out_dtype: np.dtype, mask, fn: Callable, *, out_memory: str = SBUF, line: int,
+            memories: Sequence[str] = ONCHIP) -> NkiTensor:
+    """Run an element-wise-shaped instruction: tile operands broadcast to `out_shape`, the mask
+    over `out_shape`, `fn(*arrays)` on fp32 arrays (scalars passed through) gives the result."""
+    m = machine()
+    out_shape = tuple(out_shape)
+    box, wh = active(mask, out_shape)
+    views = []
+    tiles = []
+    for name, x in operands:
+        if isinstance(x, NkiTensor):
+            v = use(tile(x, name, api, memories), box, out_shape, wh)
+            views.append(v)
+            tiles.append(v)
+        else:
+            views.append(x)
+    res = new_result(out_shape, out_dtype, out_memory, kind, line)
+    rv = res if box is None else T.restrict(res, box, out_shape)
+    if not m.shape_only and 0 not in rv._shape:
+        arrays = [fp32(v) if isinstance(v, NkiTensor) else v for v in views]
+        store_result(rv, fn(*arrays), wh)
+    record(m, kind, api, engines, res, rv, box, wh, tiles, line, func)
+    return res
+
+
+def store_result(rv: NkiTensor, value, where_) -> None:
+    """Write an instruction's computed value into its fresh tile; a freshly allocated array
+    covering the whole tile becomes the tile's storage instead of being copied."""
+    b = rv._b
+    if (where_ is None and rv._whole and isinstance(value, np.ndarray) and value.flags.owndata
+            and value.dtype == b.dtype and value.shape == b.local and value.flags.c_contiguous):
+        b.blocks[rv._key] = value
+        return
+    T.write(rv, value, where_)
+
+
+# --- assignment ------------------------------------------------------------------------------------
+
+def setitem(t: NkiTensor, key, value) -> None:
+    """`t[key] = value`: retarget a fresh result, finish an accumulation, apply a pending
+    loop_reduce, copy a tile, or fill with a scalar."""
+    if type(value) is NkiTensor:
+        if value._acc is not None:
+            value._acc = None
+            if value._srckey is key and value._srcpar is t:
+                return  # `t[key] += x` already wrote t[key]
+            dst = S.subscript(t, key)
+            if (dst._b is value._b and dst._key == value._key and dst._off == value._off
+                    and dst._shape == value._shape and dst._st == value._st):
+                return
+        dst = S.subscript(t, key)
+        _check_dst(dst, "assignment")
+        f = value._b.fresh
+        if f is not None and f.state == Fresh.NEW and value._whole:
+            retarget(machine(), dst, value, f)
+        else:
+            copy_into(machine(), dst, value, where())
+        return
+    line = where()
+    dst = S.subscript(t, key)
+    if isinstance(value, PendingLoopReduce):
+        value.apply(dst, line)
+        return
+    assign(dst, value, line)
+
+
+def _check_dst(dst: NkiTensor, api: str) -> None:
+    b = dst._b
+    if dst._whole and len(dst._key) < b.nb:
+        raise errors.TileInferenceError(
+            f"cannot assign to tensor '{b.label}' (shape {list(b.shape)}) without indexing its block dimensions "
+            f"{list(b.shape[:b.nb])}")
+    if b.scope:
+        m = machine()
+        if b.scope is not m.scope:
+            m.check_scope(b)
+    if b.fresh is not None and b.fresh.state != Fresh.USED:
+        touch(b.fresh)
+
+
+def _check_assign_shape(dst: NkiTensor, src_shape: tuple[int, ...], src_label: str) -> None:
+    s = broadcast_shapes(dst._shape, src_shape)
+    if s != dst._shape:
+        raise errors.AssignShapeError(
+            f"Illegal assignment destination shape: shape {list(dst._shape)} of '{dst._b.label}' is smaller than "
+            f"(or not broadcast-compatible with) the source shape {list(src_shape)} of {src_label}")
+    if dst._b.memory != HBM and dst._shape and len(src_shape) == len(dst._shape) and src_shape[0] == 1 \
+            and dst._shape[0] > 1:
+        raise errors.PartitionMismatchError(
+            f"cannot broadcast {src_label} of shape {list(src_shape)} across partitions into "
+            f"{list(dst._shape)}; use .broadcast_to(...) to broadcast along the partition dimension")
+
+
+def assign(dst: NkiTensor, value, line: int) -> None:
+    m = machine()
+    _check_dst(dst, "assignment")
+    if isinstance(value, NkiTensor):
+        f = value._b.fresh
+        if f is not None and f.state == Fresh.NEW and value._whole:
+            retarget(m, dst, value, f)
+            return
+        copy_into(m, dst, value, line)
+        return
+    if is_scalar(value):
+        fill(m, dst, value, line)
+        return
+    if isinstance(value, np.ndarray):
+        raise errors.OperandTypeError(
+            f"a NumPy array cannot be assigned to kernel tensor '{dst._b.label}'; load constants with "
+            f"nl.shared_constant + nl.load, or fill with a scalar")
+    raise errors.OperandTypeError(
+        f"cannot assign a value of type {type(value).__name__} to kernel tensor '{dst._b.label}'")
+
+
+def _dst_memory_rule(dst: NkiTensor, kind: str, what: str) -> None:
+    mem = dst._b.memory
+    if mem == HBM:
+        raise errors.UnsupportedMemoryError(
+            f"Expected the destination of {what} to be in address space 'psum|sbuf', but got a tile in 'hbm' "
+            f"instead; write HBM with nl.store")
+    if kind in MATMUL_KINDS and mem != PSUM:
+        raise errors.UnsupportedMemoryError(
+            f"Expected the result of {what} to be in address space 'psum', but got a tile in '{mem}' instead; "
+            f"TensorE writes PSUM only (copy it to SBUF with nl.copy)")
+    if kind == DMA_LOAD and mem != SBUF:
+        raise errors.UnsupportedMemoryError(
+            f"Expected the destination of nl.load to be in address space 'sbuf', but got a tile in '{mem}' instead")
+
+
+def retarget(m: Machine, dst: NkiTensor, src: NkiTensor, f: Fresh) -> None:
+    """`dst[...] = fresh_result`: the producing instruction(s) write `dst` instead."""
+    db = dst._b
+    mem = db.memory
+    kind = f.kind
+    if mem == HBM or (mem != PSUM and kind in MATMUL_KINDS) or (kind == DMA_LOAD and mem != SBUF):
+        _dst_memory_rule(dst, kind, f.writers[-1][0].op if f.writers else "the instruction")
+    same = dst._shape == src._shape
+    if not same:
+        _check_assign_shape(dst, src._shape, f"the result of {f.writers[-1][0].op}")
+    if dst._checks:
+        T.check_bounds(dst)
+    strided = mem != HBM and T.minor_stride_bytes(dst) > 16
+    full = None
+    for ins, idx, box, _ in f.writers:
+        if box is not None and same:
+            reg = T.region(T.restrict(dst, box, dst._shape))
+        else:
+            if full is None:
+                full = T.region(dst)
+            reg = full
+        writes = ins.writes
+        ins.writes = (reg,) + writes[1:] if idx == 0 else writes[:idx] + (reg,) + writes[idx + 1:]
+        if strided:
+            ins.strided = True
+    f.state = Fresh.RETARGETED
+    box = f.box if same else None
+    dv = dst if box is None else T.restrict(dst, box, dst._shape)
+    if box is None:
+        reg = full if full is not None else T.region(dst)
+    else:
+        reg = T.region(dv)
+    m.note_write(db, reg.box, view=dst)
+    if not m.shape_only and 0 not in dv._shape:
+        sb = src._b
+        arr = sb.blocks.get(())
+        if (box is None and f.where is None and same and arr is not None and arr.dtype == db.dtype
+                and T.covers_block(dst)):
+            T.share_block(sb, (), db, dst._key)   # move the result instead of copying it
+            return
+        sv = src if box is None else T.restrict(src, box, src._shape)
+        T.write(dv, T.array(sv), f.where if same else None)
+
+
+def copy_into(m: Machine, dst: NkiTensor, value: NkiTensor, line: int, api: str = "assignment") -> None:
+    """`dst[...] = tile`: a copy instruction on Vector or Scalar engine."""
+    src = tile(value, "value", api, ONCHIP)
+    if dst._b.memory == HBM:
+        raise errors.UnsupportedMemoryError(
+            "Expected the destination of a tile assignment to be in address space 'psum|sbuf', but got a tile in "
+            "'hbm' instead; write HBM with nl.store")
+    _check_assign_shape(dst, src._shape, f"tile '{src._b.label}'")
+    T.check_bounds(src)
+    T.check_bounds(dst)
+    m.note_write(dst._b, T.region(dst).box, view=dst)
+    if not m.shape_only:
+        T.write(dst, T.array(src))
+    engines = (VECTOR, SCALAR)
+    shape = dst._shape
+    m.emit(COPY, api, engines, dst._b.dtname, (src._b.dtname,), shape[0], T.prod(shape[1:]),
+           (T.region(src),), (T.region(dst),), line, "copy", None, None, int(src._b.memory == PSUM),
+           T.minor_stride_bytes(src) > 16 or T.minor_stride_bytes(dst) > 16)
+
+
+def fill(m: Machine, dst: NkiTensor, value, line: int) -> None:
+    """`dst[...] = scalar`: a memset."""
+    if dst._b.memory == HBM:
+        raise errors.UnsupportedMemoryError(
+            "scalars cannot be assigned to HBM tensors; use nl.store(dst, value=scalar)")
+    T.check_bounds(dst)
+    m.note_write(dst._b, T.region(dst).box, view=dst)
+    if not m.shape_only:
+        T.write(dst, np.asarray(value))
+    shape = dst._shape
+    engines = (VECTOR,) if dst._b.memory == PSUM else (VECTOR, GPSIMD_ENGINE)
+    m.emit(MEMSET, "memset", engines, dst._b.dtname, (), shape[0], T.prod(shape[1:]), (),
+           (T.region(dst),), line, "", None, None, 0, T.minor_stride_bytes(dst) > 16)
+
+
+# --- augmented assignment ---------------------------------------------------------------------------
+
+def augmented(dst: NkiTensor, value, op: str) -> NkiTensor:
+    """`dst += value` (and -=, *=, /=): PSUM matmul accumulation, or a read-modify-write
+    instruction. Accumulations are exempt from the affine_range write rule."""
+    m = machine()
+    _check_dst(dst, "augmented assignment")
+    if dst._checks:
+        T.check_bounds(dst)
+    if dst._b.memory == HBM:
+        raise errors.UnsupportedMemoryError(
+            "augmented assignment (+=) into an HBM tensor is not supported; accumulate on chip and nl.store")
+    if isinstance(value, NkiTensor):
+        f = value._b.fresh
+        if (f is not None and f.state == Fresh.NEW and value._whole and f.kind in (MM, MM_TRANSPOSE)
+                and op == "add" and dst._b.memory == PSUM):
+            _accumulate_matmul(m, dst, value, f)
+            dst._acc = True
+            return dst
+    line = where()
+    if isinstance(value, NkiTensor):
+        src = tile(value, "value", "+=")
+        _check_assign_shape(dst, src._shape, "the right-hand side of +=")
+        srcv = src
+    elif is_scalar(value):
+        srcv = value
+    else:
+        raise errors.OperandTypeError(f"cannot apply {op} with a value of type {type(value).__name__}")
+    from . import ops
+    fn = ops.ALU[op]
+    if not m.shape_only:
+        a = fp32(dst)
+        b = fp32(srcv) if isinstance(srcv, NkiTensor) else np.float32(srcv)
+        T.write(dst, fn(a, b))
+    reads = [dst] + ([srcv] if isinstance(srcv, NkiTensor) else [])
+    kind = TT if isinstance(srcv, NkiTensor) and srcv._shape == dst._shape else TS
+    engines = (VECTOR,) if kind == TT else (VECTOR, SCALAR)
+    psum = sum(1 for r in reads if r._b.memory == PSUM)
+    shape = dst._shape
+    m.emit(kind, f"{_AUG[op]}=", engines, dst._b.dtname, tuple(r._b.dtname for r in reads), shape[0],
+           T.prod(shape[1:]), tuple(T.region(r) for r in reads), (T.region(dst),), line, op, None, None, psum,
+           any(T.minor_stride_bytes(r) > 16 for r in reads if r._b.memory != HBM))
+    dst._acc = True
+    return dst
+
+
+_AUG = {"add": "+", "subtract": "-", "multiply": "*", "divide": "/"}
+
+
+def _accumulate_matmul(m: Machine, dst: NkiTensor, src: NkiTensor, f: Fresh) -> None:
+    if dst._shape != src._shape:
+        raise errors.AssignShapeError(
+            f"matmul accumulation into '{dst._b.label}' {list(dst._shape)} needs the result shape "
+            f"{list(src._shape)}")
+    box = f.box
+    dv = dst if box is None else T.restrict(dst, box, dst._shape)
+    reg = T.region(dv)
+    for ins, idx, _, _ in f.writers:
+        writes = ins.writes
+        ins.writes = writes[:idx] + (reg,) + writes[idx + 1:]
+        mm = ins.mm
+        if mm is not None:
+            ins.mm = MatmulInfo(mm.K, mm.M, mm.N, True, mm.stationary_onezero, mm.moving_onezero, mm.is_transpose)
+    f.state = Fresh.RETARGETED
+    if not m.shape_only and 0 not in dv._shape:
+        sv = src if box is None else T.restrict(src, box, src._shape)
+        res = T.array(sv)
+        db = dst._b
+        if db.fill is None:
+            cur = T.array(dv)
+            if np.isnan(cur).any():
+                # an accumulation group starts on never-written PSUM: the first matmul overwrites
+                T.write(dv, np.where(np.isnan(cur), res, cur + res), f.where)
+                return
+        if f.where is None and dv._gat is None and not dv._checks:
+            cur = T.write_array(dv)   # a view of the block: accumulate in place
+            np.add(cur, res, out=cur, casting="unsafe")
+        else:
+            T.write(dv, T.array(dv) + res, f.where)
+
+
+# --- loop_reduce ---------------------------------------------------------------------------------------
+
+class PendingLoopReduce:
+    """The value of `nl.loop_reduce(...)`: it reduces into the destination it is assigned to."""
+
+    __array_ufunc__ = None
+
+    def __init__(self, x: NkiTensor, op: str, loops: tuple, dtype, mask, line: int):
+        self.x, self.op, self.loops, self.dtype, self.mask, self.line = x, op, loops, dtype, mask, line
+
+    def apply(self, dst: NkiTensor, line: int) -> None:
+        m = machine()
+        _check_dst(dst, "nl.loop_reduce")
+        if dst._b.memory == HBM:
+            raise errors.UnsupportedMemoryError("the destination of nl.loop_reduce must be in SBUF or PSUM")
+        x = self.x
+        shape = dst._shape
+        _check_assign_shape(dst, x._shape, "nl.loop_reduce's input")
+        box, wh = active(self.mask, shape)
+        dv = use(dst, box, shape, wh)
+        xv = use(x, box, shape, wh)
+        first = all(li == li.loop.start for li in self.loops)
+        exempt = frozenset(li.loop.uid for li in self.loops)
+        m.note_write(dst._b, T.region(dv).box, exempt, view=dst)
+        if not m.shape_only and 0 not in dv._shape:
+            from . import ops
+            xa = fp32(xv)
+            out = xa if first else ops.ALU[self.op](fp32(dv), xa)
+            T.write(dv, out, wh)
+        reads = (dv, xv)
+        psum = sum(1 for r in reads if r._b.memory == PSUM)
+        s = dv._shape
+        m.emit(TT, "nl.loop_reduce", (VECTOR,), dst._b.dtname, (dst._b.dtname, x._b.dtname), s[0],
+               T.prod(s[1:]), (T.region(dv), T.region(xv)), (T.region(dv),), line, self.op, None, None, psum,
+               T.minor_stride_bytes(xv) > 16 or T.minor_stride_bytes(dv) > 16)
+
+    def _misuse(self, *a, **k):
+        raise errors.OperandTypeError(
+            f"the result of nl.loop_reduce (line {self.line}) must be assigned to a tensor: dst[...] = nl.loop_reduce(...)")
+
+    __add__ = __radd__ = __mul__ = __rmul__ = __sub__ = __getitem__ = __bool__ = _misuse
+
+
+# --- DMA ------------------------------------------------------------------------------------------------
+
+def dma_info(hbm: NkiTensor, nbytes: int, partitions: int) -> DmaInfo:
+    """Bytes moved and the contiguous HBM run per partition row (descriptor size)."""
+    shape, st = hbm._shape, hbm._st
+    isz = hbm._b.itemsize
+    if st is None or not shape:
+        run = 1
+    else:
+        run, expect = 1, 1
+        for k in range(len(shape) - 1, 0, -1):
+            n = shape[k]
+            if n == 1:
+                continue
+            if st[k] == expect:
+                run *= n
+                expect *= n
+            else:
+                break
+    elems = nbytes // isz if isz else 0
+    runs = -(-elems // run) if run else 0
+    return DmaInfo(nbytes, partitions, run * isz, runs)
+
+
+def immutable_check(dst: NkiTensor) -> None:
+    b = dst._b
+    if b.kind == "input" and not b.mutable:
+        raise errors.ImmutableParameterError(
+            f"Cannot update immutable parameter '{b.label}'; kernel inputs are read-only unless annotated "
+            f"nt.mutable_tensor (write results to an nl.shared_hbm tensor you return)")
+    if b.kind == "constant":
+        raise errors.ImmutableParameterError(f"Cannot update constant tensor '{b.label}' (nl.shared_constant)")

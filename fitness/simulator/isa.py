@@ -1,0 +1,553 @@
+"""`neuronxcc.nki.isa` (nisa): single hardware instructions — TensorE matmul/transpose,
+ScalarE activation, VectorE tensor_scalar / tensor_tensor / reduce / scan / reciprocal,
+memset, iota and copies (nki-semantics.md §6.5-6.6).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import errors, ops
+from . import instr as I
+from . import language as L
+from . import subscript as S
+from . import tensor as T
+from .indexing import IndexExpr, is_int
+from .runtime import machine
+from .tensor import NkiTensor
+from .trace import (
+    ACT,
+    COPY,
+    DMA,
+    DMA_LOAD,
+    DMA_STORE,
+    GPSIMD,
+    GPSIMD_ENGINE,
+    HBM,
+    MEMSET,
+    MM,
+    MM_TRANSPOSE,
+    PSUM,
+    RECIP,
+    SBUF,
+    SCALAR,
+    TENSOR,
+    TS,
+    TT,
+    TTS,
+    VECTOR,
+    MatmulInfo,
+)
+
+F32 = np.dtype(np.float32)
+
+
+# --- engines -----------------------------------------------------------------------------------------
+
+class Engine:
+    """An engine selector (`nisa.vector_engine`, ...); `unknown_engine` lets the compiler choose."""
+
+    __slots__ = ("name", "letters")
+
+    def __init__(self, name: str, letters: tuple[str, ...]):
+        self.name = name
+        self.letters = letters
+
+    def __repr__(self) -> str:
+        return f"nki.isa.{self.name}"
+
+
+unknown_engine = Engine("unknown_engine", ())
+vector_engine = Engine("vector_engine", (VECTOR,))
+scalar_engine = Engine("scalar_engine", (SCALAR,))
+gpsimd_engine = Engine("gpsimd_engine", (GPSIMD_ENGINE,))
+tensor_engine = Engine("tensor_engine", (TENSOR,))
+activation_engine = scalar_engine
+pool_engine = gpsimd_engine
+
+
+def engine_letters(engine) -> tuple[str, ...]:
+    """Trace engine letters of an explicit selector; () for none/unknown."""
+    if engine is None:
+        return ()
+    if isinstance(engine, Engine):
+        return engine.letters
+    raise errors.OperandTypeError(f"engine must be one of nki.isa.*_engine, got {engine!r}")
+
+
+# --- TensorE -------------------------------------------------------------------------------------------
+
+_EYE: dict[int, np.ndarray] = {}
+
+
+def _is_identity(a: np.ndarray) -> bool:
+    n = a.shape[0]
+    if a.ndim != 2 or a.shape[1] != n:
+        return False
+    eye = _EYE.get(n)
+    if eye is None:
+        eye = _EYE[n] = np.identity(n, dtype=np.float32)
+    return bool(np.array_equal(a, eye))
+
+
+_MM_INFOS: dict[tuple, MatmulInfo] = {}   # MatmulInfo is immutable: one per distinct value
+
+
+def _matmul(api: str, stationary, moving, mask, line: int, st1z: bool = False, mv1z: bool = False,
+            is_transpose: bool = False, kind: str = MM) -> NkiTensor:
+    m = machine()
+    s = I.tile(stationary, "stationary", api, (SBUF,))
+    mv = I.tile(moving, "moving", api, (SBUF,))
+    sshape, mshape = s._shape, mv._shape
+    K = sshape[0]
+    if mshape[0] != K:
+        raise errors.MatmulShapeError(
+            f"contraction dimension (partitions) of '{api}' operands differ: stationary{list(s._shape)} has "
+            f"{K}, moving{list(mv._shape)} has {mv._shape[0]}")
+    M = sshape[1] if len(sshape) == 2 else T.prod(sshape[1:])
+    N = mshape[1] if len(mshape) == 2 else T.prod(mshape[1:])
+    if K > 128:
+        raise errors.DimensionLimitError(
+            f"size of dimension 0 (K) in 'stationary{list(s._shape)}' of '{api}' exceed architecture limitation of 128")
+    if M > 128:
+        raise errors.DimensionLimitError(
+            f"size of the free dimension (M) in 'stationary{list(s._shape)}' of '{api}' exceed architecture "
+            f"limitation of 128 (gemm_stationary_fmax)")
+    if N > 512:
+        raise errors.DimensionLimitError(
+            f"size of the free dimension (N) in 'moving{list(mv._shape)}' of '{api}' exceed architecture limitation "
+            f"of 512 (gemm_moving_fmax, one PSUM bank)")
+    out_shape = (M,) + mshape[1:]
+    sv, mvv = s, mv
+    box = None
+    if mask is not None:
+        box, wh = I.active(mask, out_shape)
+        if wh is not None:
+            raise errors.MaskExpressionError(
+                f"'{api}' masks must select a box of the (M, N) output (one comparison per axis)")
+        if box is not None:
+            if len(sshape) == 2:
+                sv = T.restrict(s, ((0, K), box[0]), sshape)
+            mvv = T.restrict(mv, ((0, K),) + box[1:], mshape)
+    if sv._checks:
+        T.check_bounds(sv)
+    if mvv._checks:
+        T.check_bounds(mvv)
+    res = I.new_result(out_shape, F32, PSUM, kind, line)
+    rv = res if box is None else T.restrict(res, box, out_shape)
+    if not m.shape_only and 0 not in rv._shape:
+        a = I.fp32(sv).reshape(K, -1)
+        b = I.fp32(mvv).reshape(K, -1)
+        if is_transpose and _is_identity(b):
+            out = a.T
+        else:
+            out = np.matmul(a.T, b)
+        I.store_result(rv, out if out.shape == rv._shape else out.reshape(rv._shape), None)
+    Ma = M if box is None else T.prod(sv._shape[1:])
+    Na = N if box is None else T.prod(mvv._shape[1:])
+    mkey = (K, Ma, Na, bool(st1z), bool(mv1z), bool(is_transpose))
+    mm = _MM_INFOS.get(mkey)
+    if mm is None:
+        mm = _MM_INFOS[mkey] = MatmulInfo(K, Ma, Na, False, *mkey[3:])
+    I.record(m, kind, api, (TENSOR,), res, rv, box, None, [sv, mvv], line, "", partitions=K, free=Na, mm=mm)
+    return res
+
+
+def _identity_tile(m, line: int) -> NkiTensor:
+    """The SBUF identity matrix the compiler loads once (at kernel level) for TensorE transposes."""
+    if m.identity is None:
+        saved = m.scope, m.path
+        m.scope, m.path = (), ()   # kernel level: usable from every loop iteration
+        try:
+            const = L.shared_constant(np.identity(128, dtype=np.float32))
+            ident = L.load(const)
+        finally:
+            m.scope, m.path = saved
+        const._b.name = "identity"
+        m.trace.tensors[const._b.id] = const._b.info()
+        ident._b.name = "identity_local"
+        f = ident._b.fresh
+        f.meta = (f.meta[0], "identity_local") + f.meta[2:]
+        f.state = f.USED
+        m.identity = ident
+    return m.identity
+
+
+def _transpose_tensore(api: str, x: NkiTensor, line: int, dtype=None) -> NkiTensor:
+    """Transpose an SBUF tile on TensorE: matmul against the identity into PSUM."""
+    m = machine()
+    if x._b.memory != SBUF:
+        x = L.copy(x)
+    P, F = x._shape[0], T.prod(x._shape[1:])
+    if P > 128 or F > 128:
+        raise errors.DimensionLimitError(
+            f"size of dimension {0 if P > 128 else 1} in 'x{list(x._shape)}' of 'transpose' exceed architecture "
+            f"limitation of 128")
+    ident = _identity_tile(m, line)
+    eye = ident if P == 128 else S.subscript(ident, (slice(0, P), slice(0, P)))
+    res = _matmul(api, x, eye, None, line, mv1z=True, is_transpose=True, kind=MM_TRANSPOSE)
+    if dtype is not None and I.normalize_dtype(dtype) != F32:
+        return L.copy(res, dtype=dtype)
+    return res
+
+
+def nc_matmul(stationary, moving, is_stationary_onezero: bool = False, is_moving_onezero: bool = False,
+              is_transpose: bool = False, tile_position=(), tile_size=(), mask=None, **kwargs) -> NkiTensor:
+    """stationary.T @ moving into a new PSUM fp32 tile (stationary [K, M], moving [K, N])."""
+    line = I.where()
+    kind = MM_TRANSPOSE if is_transpose else MM
+    return _matmul("nisa.nc_matmul", stationary, moving, mask, line, is_stationary_onezero, is_moving_onezero,
+                   is_transpose, kind)
+
+
+def nc_transpose(data, mask=None, dtype=None, engine=unknown_engine, **kwargs) -> NkiTensor:
+    """Swap partition and free axes: on VectorE for tiles up to 32x32, else on TensorE (PSUM result)."""
+    line = I.where()
+    x = I.tile(data, "data", "nc_transpose")
+    if len(x._shape) != 2:
+        raise errors.MaxDimensionError(
+            f"parameter 'data{list(x._shape)}' of 'nc_transpose' exceed max supported number of dimensions of 2")
+    letters = engine_letters(engine)
+    P, F = x._shape
+    if letters == (VECTOR,) or (not letters and P <= 32 and F <= 32):
+        if P > 32 or F > 32:
+            raise errors.DimensionLimitError(
+                f"VectorE nc_transpose supports tiles up to 32x32, got data{list(x._shape)}")
+        dt = I.normalize_dtype(dtype) if dtype is not None else x._b.dtype
+        return I.compute("nisa.nc_transpose", COPY, (VECTOR,), "transpose", [("data", x)], (F, P), dt, mask,
+                         lambda a: a.T, line=line)
+    return _transpose_tensore("nisa.nc_transpose", x, line, dtype)
+
+
+# --- ScalarE -----------------------------------------------------------------------------------------
+
+def _check_vector_operand(t: NkiTensor, P: int, what: str, api: str, err) -> None:
+    if t._shape[0] != P or T.prod(t._shape[1:]) != 1:
+        raise err(f"{what} of '{api}' must be a scalar or a vector of shape [{P}, 1] spanning the partition "
+                  f"dimension, got shape {list(t._shape)}")
+
+
+def _activation(api: str, func: str, data, bias, scale, mask, dtype, line: int) -> NkiTensor:
+    x = I.tile(data, "data", api)
+    P = x._shape[0]
+    operands = [("data", x)]
+    has_scale_tile = isinstance(scale, NkiTensor)
+    if has_scale_tile:
+        s = I.tile(scale, "scale", api)
+        if s._b.dtype != F32:
+            raise errors.ActivationScaleTypeError(
+                f"'scale' param of '{api}' must be a scalar or vector of type float32, got '{s._b.dtname}'")
+        _check_vector_operand(s, P, "'scale'", api, errors.ActivationScaleShapeError)
+        operands.append(("scale", s))
+    elif isinstance(scale, np.generic) and scale.dtype != F32 and scale.dtype.kind == "f":
+        raise errors.ActivationScaleTypeError(
+            f"'scale' param of '{api}' must be a scalar or vector of type float32, got '{scale.dtype.name}'")
+    elif not I.is_scalar(scale):
+        raise errors.ActivationScaleShapeError(
+            f"'scale' param of '{api}' must be a float32 scalar or a [P, 1] tile, got {type(scale).__name__}")
+    has_bias_tile = isinstance(bias, NkiTensor)
+    if has_bias_tile:
+        b = I.tile(bias, "bias", api)
+        if b._b.dtname not in ("float32", "float16", "bfloat16"):
+            raise errors.ActivationBiasTypeError(
+                f"'bias' param of '{api}' must be a vector of type float32, float16, or bfloat16, got "
+                f"'{b._b.dtname}'")
+        _check_vector_operand(b, P, "'bias'", api, errors.BroadcastError)
+        operands.append(("bias", b))
+    elif bias is not None and not I.is_scalar(bias):
+        raise errors.ActivationBiasTypeError(f"'bias' param of '{api}' must be a [P, 1] tile, got {type(bias).__name__}")
+    f = ops.ACTIVATION[func]
+    scale_c = None if has_scale_tile else np.float32(scale)
+    bias_c = None if (has_bias_tile or bias is None) else np.float32(bias)
+
+    def fn(d, *rest):
+        rest = list(rest)
+        sc = rest.pop(0) if has_scale_tile else scale_c
+        bi = rest.pop(0) if has_bias_tile else bias_c
+        y = d
+        if has_scale_tile or sc != 1.0:
+            y = y * sc
+        if bi is not None:
+            y = y + bi
+        return f(y)
+
+    dt = I.normalize_dtype(dtype) if dtype is not None else x._b.dtype
+    return I.compute(api, ACT, (SCALAR,), func, operands, x._shape, dt, mask, fn, line=line)
+
+
+def activation(op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=None, reduce_cmd=None, mask=None,
+               dtype=None, **kwargs) -> NkiTensor:
+    """op(data * scale + bias) on ScalarE; scale a float32 scalar or (P, 1) vector, bias a (P, 1) vector.
+    With `reduce_res`, also add-reduces the result along the free axis into it."""
+    line = I.where()
+    func = ops.activation_name(op, "nisa.activation")
+    res = _activation("nisa.activation", func, data, bias, scale, mask, dtype, line)
+    if reduce_res is not None:
+        _reduce_into(res, reduce_op, reduce_res, line)
+    return res
+
+
+def activation_reduce(op, data, reduce_op, reduce_res, bias=None, scale=1.0, mask=None, dtype=None, **kwargs):
+    """activation() plus a free-axis reduction of the result into `reduce_res` (one instruction)."""
+    line = I.where()
+    func = ops.activation_name(op, "nisa.activation_reduce")
+    res = _activation("nisa.activation_reduce", func, data, bias, scale, mask, dtype, line)
+    _reduce_into(res, reduce_op, reduce_res, line)
+    return res
+
+
+def _reduce_into(res: NkiTensor, reduce_op, reduce_res, line: int) -> None:
+    m = machine()
+    op = ops.reduce_name(reduce_op if reduce_op is not None else np.add, "nisa.activation")
+    dst = I.tile(reduce_res, "reduce_res", "nisa.activation")
+    _check_vector_operand(dst, res._shape[0], "'reduce_res'", "nisa.activation", errors.BroadcastError)
+    T.check_bounds(dst)
+    ins = res._b.fresh.writers[-1][0]
+    ins.writes = ins.writes + (T.region(dst),)
+    ins.func = f"{ins.func},reduce-{op}"
+    m.note_write(dst._b, T.region(dst).box)
+    if not m.shape_only:
+        a = I.fp32(res)
+        T.write(dst, ops.REDUCE[op](a, axis=tuple(range(1, a.ndim)), keepdims=True).reshape(dst._shape))
+
+
+# --- VectorE / any engine ----------------------------------------------------------------------------
+
+def _operand(x, P: int, name: str, api: str):
+    if isinstance(x, NkiTensor):
+        t = I.tile(x, name, api)
+        _check_vector_operand(t, P, f"'{name}'", api, errors.ShapeMismatchError)
+        return t
+    if I.is_scalar(x):
+        return np.float32(x)
+    raise errors.OperandTypeError(f"'{name}' of '{api}' must be a scalar or a [P, 1] tile, got {type(x).__name__}")
+
+
+def tensor_scalar(data, op0, operand0, reverse0: bool = False, op1=None, operand1=None, reverse1: bool = False,
+                  dtype=None, mask=None, engine=unknown_engine, **kwargs) -> NkiTensor:
+    """(data op0 operand0) op1 operand1, operands scalars or (P, 1) vectors; reverse swaps sides."""
+    line = I.where()
+    api = "nisa.tensor_scalar"
+    x = I.tile(data, "data", api)
+    P = x._shape[0]
+    n0 = ops.alu_name(op0, api, "op0")
+    o0 = _operand(operand0, P, "operand0", api)
+    n1 = ops.alu_name(op1, api, "op1") if op1 is not None else None
+    o1 = _operand(operand1, P, "operand1", api) if op1 is not None else None
+    f0 = ops.ALU[n0]
+    f1 = ops.ALU[n1] if n1 else None
+    operands = [("data", x)]
+    t0, t1 = isinstance(o0, NkiTensor), isinstance(o1, NkiTensor)
+    if t0:
+        operands.append(("operand0", o0))
+    if t1:
+        operands.append(("operand1", o1))
+
+    def fn(d, *rest):
+        rest = list(rest)
+        a0 = rest.pop(0) if t0 else o0
+        y = f0(a0, d) if reverse0 else f0(d, a0)
+        if f1 is not None:
+            a1 = rest.pop(0) if t1 else o1
+            y = f1(a1, y) if reverse1 else f1(y, a1)
+        return y
+
+    func = n0 + ("(reverse)" if reverse0 else "") + (("," + n1 + ("(reverse)" if reverse1 else "")) if n1 else "")
+    dt = I.normalize_dtype(dtype) if dtype is not None else x._b.dtype
+    engines = engine_letters(engine) or (VECTOR, SCALAR)
+    return I.compute(api, TS, engines, func, operands, x._shape, dt, mask, fn, line=line)
+
+
+def tensor_tensor(data1, data2, op, dtype=None, mask=None, engine=unknown_engine, **kwargs) -> NkiTensor:
+    """data1 op data2 element-wise (same partitions and free sizes; not both in PSUM)."""
+    line = I.where()
+    api = "nisa.tensor_tensor"
+    a = I.tile(data1, "data1", api)
+    b = I.tile(data2, "data2", api)
+    if a._shape[0] != b._shape[0]:
+        raise errors.PartitionMismatchError(
+            f"number of partitions (dimension 0 size of a tile) mismatch in parameters (data1{list(a._shape)}, "
+            f"data2{list(b._shape)}) of 'tensor_tensor'")
+    if a._shape != b._shape:
+        raise errors.ShapeMismatchError(
+            f"Parameter shapes (data1{list(a._shape)}, data2{list(b._shape)}) of 'tensor_tensor' has mismatched "
+            f"shapes; use tensor_scalar to broadcast a [P, 1] vector along the free dimension")
+    if a._b.memory == PSUM and b._b.memory == PSUM:
+        raise errors.UnsupportedMemoryError(
+            "operands 'data1' and 'data2' of 'tensor_tensor' cannot both be in 'psum'; copy one to SBUF first")
+    name = ops.alu_name(op, api)
+    engines = engine_letters(engine) or ((GPSIMD_ENGINE,) if name == "power" else (VECTOR,))
+    dt = I.result_dtype([a, b], dtype)
+    return I.compute(api, TT, engines, name, [("data1", a), ("data2", b)], a._shape, dt, mask, ops.ALU[name],
+                     line=line)
+
+
+def scalar_tensor_tensor(data, op0, operand0, op1, operand1, reverse0: bool = False, reverse1: bool = False,
+                         dtype=None, mask=None, **kwargs) -> NkiTensor:
+    """(data op0 operand0) op1 operand1 where operand0 is a scalar/(P, 1) vector and operand1 a tile."""
+    line = I.where()
+    api = "nisa.scalar_tensor_tensor"
+    x = I.tile(data, "data", api)
+    P = x._shape[0]
+    n0, n1 = ops.alu_name(op0, api, "op0"), ops.alu_name(op1, api, "op1")
+    o0 = _operand(operand0, P, "operand0", api)
+    o1 = I.tile(operand1, "operand1", api)
+    if o1._shape != x._shape:
+        raise errors.ShapeMismatchError(
+            f"Parameter shapes (data{list(x._shape)}, operand1{list(o1._shape)}) of '{api}' has mismatched shapes")
+    t0 = isinstance(o0, NkiTensor)
+    f0, f1 = ops.ALU[n0], ops.ALU[n1]
+    operands = [("data", x)] + ([("operand0", o0)] if t0 else []) + [("operand1", o1)]
+
+    def fn(d, *rest):
+        rest = list(rest)
+        a0 = rest.pop(0) if t0 else o0
+        y = f0(a0, d) if reverse0 else f0(d, a0)
+        a1 = rest.pop(0)
+        return f1(a1, y) if reverse1 else f1(y, a1)
+
+    dt = I.normalize_dtype(dtype) if dtype is not None else x._b.dtype
+    return I.compute(api, TT, (VECTOR,), f"{n0},{n1}", operands, x._shape, dt, mask, fn, line=line)
+
+
+def tensor_reduce(op, data, axis, mask=None, dtype=None, negate: bool = False, keepdims: bool = False,
+                  **kwargs) -> NkiTensor:
+    """Reduce along free axes with an ALU op (VectorE); `negate` multiplies the result by -1."""
+    line = I.where()
+    name = ops.reduce_name(op, "nisa.tensor_reduce")
+    if negate and name not in ops.ARITHMETIC:
+        raise errors.UnsupportedOpError(
+            f"negate option can only be used with arithmetic ops, unsupported op={name}")
+    return L.reduce("nisa.tensor_reduce", name, data, axis, dtype, mask, keepdims, line, negate)
+
+
+def tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0: bool = False, reverse1: bool = False,
+                       dtype=None, mask=None, **kwargs) -> NkiTensor:
+    """Per partition: out[:, i] = op1(op0(data0[:, i], out[:, i-1]), data1[:, i]), out[:, -1] = initial."""
+    m = machine()
+    line = I.where()
+    api = "nisa.tensor_tensor_scan"
+    a = I.tile(data0, "data0", api)
+    b = I.tile(data1, "data1", api)
+    if a._shape != b._shape:
+        raise errors.ShapeMismatchError(
+            f"Parameter shapes (data0{list(a._shape)}, data1{list(b._shape)}) of '{api}' has mismatched shapes")
+    if a._b.memory == PSUM and b._b.memory == PSUM:
+        raise errors.UnsupportedMemoryError(f"operands 'data0' and 'data1' of '{api}' cannot both be in 'psum'")
+    P = a._shape[0]
+    init = _operand(initial, P, "initial", api)
+    n0, n1 = ops.alu_name(op0, api, "op0"), ops.alu_name(op1, api, "op1")
+    shape = a._shape
+    box, wh = I.active(mask, shape)
+    if wh is not None:
+        raise errors.MaskExpressionError(f"'{api}' masks must select a box")
+    av, bv = I.use(a, box, shape), I.use(b, box, shape)
+    reads = [av, bv]
+    if isinstance(init, NkiTensor):
+        init = I.use(init, None if box is None else (box[0], (0, 1)), init._shape)
+        reads.append(init)
+    dt = I.normalize_dtype(dtype) if dtype is not None else a._b.dtype
+    res = I.new_result(shape, dt, SBUF, TTS, line)
+    rv = res if box is None else T.restrict(res, box, shape)
+    if not m.shape_only and 0 not in rv._shape:
+        p = rv._shape[0]
+        x0 = np.ascontiguousarray(I.fp32(av).reshape(p, -1).T)
+        x1 = np.ascontiguousarray(I.fp32(bv).reshape(p, -1).T)
+        h = (I.fp32(init).reshape(p) if isinstance(init, NkiTensor) else np.full(p, init, np.float32)).copy()
+        out = np.empty_like(x0)
+        if n0 == "multiply" and n1 == "add":
+            for i in range(x0.shape[0]):   # h = a_i * h + b_i (operand order is irrelevant here)
+                np.multiply(x0[i], h, out=h)
+                np.add(h, x1[i], out=h)
+                out[i] = h
+        else:
+            f0, f1 = ops.ALU[n0], ops.ALU[n1]
+            for i in range(x0.shape[0]):
+                t = f0(h, x0[i]) if reverse0 else f0(x0[i], h)
+                h = f1(x1[i], t) if reverse1 else f1(t, x1[i])
+                out[i] = h
+        T.write(rv, out.T.reshape(rv._shape))
+    I.record(m, TTS, api, (VECTOR,), res, rv, box, None, reads, line, f"{n0},{n1}")
+    return res
+
+
+def reciprocal(data, dtype=None, mask=None, **kwargs) -> NkiTensor:
+    """1 / data on VectorE."""
+    line = I.where()
+    x = I.tile(data, "data", "reciprocal")
+    dt = I.normalize_dtype(dtype) if dtype is not None else x._b.dtype
+    return I.compute("nisa.reciprocal", RECIP, (VECTOR,), "reciprocal", [("data", x)], x._shape, dt, mask,
+                     lambda a: np.float32(1.0) / a, line=line)
+
+
+def memset(shape, value, dtype, mask=None, engine=unknown_engine, **kwargs) -> NkiTensor:
+    """A new SBUF tile of `shape` (first dim = partitions) filled with `value`."""
+    line = I.where()
+    shape = tuple(int(n) for n in shape)
+    dt = I.normalize_dtype(dtype)
+    val = np.asarray(value).astype(dt)
+    engines = engine_letters(engine) or (VECTOR, GPSIMD_ENGINE)
+    return I.compute("nisa.memset", MEMSET, engines, "", [], shape, dt, mask, lambda: val, line=line)
+
+
+def iota(expr, dtype, mask=None, **kwargs) -> NkiTensor:
+    """A new SBUF tile holding the values of an index expression (GpSimd)."""
+    line = I.where()
+    dt = I.normalize_dtype(dtype)
+    if is_int(expr):
+        arr_fn, shape = (lambda: np.full((1, 1), int(expr))), (1, 1)
+    elif isinstance(expr, IndexExpr):
+        if len(expr.shape) < 2:
+            raise errors.OneDimArangeError("nisa.iota with 1d arange is not supported; add an axis with [:, None]")
+        shape = expr.shape
+        arr_fn = expr.to_array
+    else:
+        raise errors.OperandTypeError(f"nisa.iota takes an nl.arange expression, got {type(expr).__name__}")
+    return I.compute("nisa.iota", GPSIMD, (GPSIMD_ENGINE,), "iota", [], shape, dt, mask, lambda: arr_fn(), line=line)
+
+
+def tensor_copy(src, mask=None, dtype=None, engine=unknown_engine, **kwargs) -> NkiTensor:
+    """A copy of a tile (Vector, Scalar or GpSimd engine)."""
+    line = I.where()
+    x = I.tile(src, "src", "tensor_copy")
+    dt = I.normalize_dtype(dtype) if dtype is not None else x._b.dtype
+    engines = engine_letters(engine) or (VECTOR, SCALAR)
+    if GPSIMD_ENGINE in engines and x._b.memory == PSUM:
+        raise errors.UnsupportedMemoryError("GpSimd engine cannot access PSUM (operand 'src' of 'tensor_copy')")
+    return I.compute("nisa.tensor_copy", COPY, engines, "copy", [("src", x)], x._shape, dt, mask, lambda a: a, line=line)
+
+
+def dma_copy(dst, src, mask=None, **kwargs) -> None:
+    """DMA between any two memories except PSUM."""
+    m = machine()
+    line = I.where()
+    d = I.tile(dst, "dst", "dma_copy", (HBM, SBUF))
+    s = I.tile(src, "src", "dma_copy", (HBM, SBUF))
+    if d._b.memory == HBM:
+        I.immutable_check(d)
+    d2, s2 = L._as_tile_shape(d), L._as_tile_shape(s)
+    I._check_assign_shape(d2, s2._shape, "operand 'src' of 'dma_copy'")
+    shape = d2._shape
+    box, wh = I.active(mask, shape)
+    dv, sv = I.use(d2, box, shape, wh), I.use(s2, box, shape, wh)
+    m.note_write(d._b, T.region(dv).box)
+    if not m.shape_only and 0 not in dv._shape:
+        T.write(dv, T.array(sv), wh)
+    if 0 not in dv._shape:
+        T.mark_written(dv, wh)
+    n = T.count(dv) if wh is None else int(wh.sum())
+    hbm_side = dv if d._b.memory == HBM else sv
+    dma = I.dma_info(hbm_side, n * d._b.itemsize, dv._shape[0])
+    kind = DMA_STORE if d._b.memory == HBM else DMA_LOAD
+    s_ = dv._shape
+    m.emit(kind, "nisa.dma_copy", (DMA,), d._b.dtname, (s._b.dtname,), s_[0], T.prod(s_[1:]),
+           (T.region(sv),), (T.region(dv),), line, "", None, dma, 0, False)
+
+
+EXPORTS = [
+    "nc_matmul", "nc_transpose", "activation", "activation_reduce", "tensor_scalar", "tensor_tensor",
+    "scalar_tensor_tensor", "tensor_reduce", "tensor_tensor_scan", "reciprocal", "memset", "iota",
+    "tensor_copy", "dma_copy",
+    "unknown_engine", "vector_engine", "scalar_engine", "gpsimd_engine", "tensor_engine",
+    "activation_engine", "pool_engine",
+]

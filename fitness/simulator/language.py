@@ -1,0 +1,764 @@
+"""`neuronxcc.nki.language` (nl): tensor creation, data movement, element-wise math,
+reductions, matmul, broadcasting and loop reductions, lowered to trace instructions the
+way the NKI compiler does (nki-semantics.md §6, trainium-perf-model.md §7.3).
+"""
+
+from __future__ import annotations
+
+import builtins
+import itertools
+
+import numpy as np
+
+from . import errors, ops
+from . import instr as I
+from . import subscript as S
+from . import tensor as T
+from .coverage import Coverage
+from .indexing import arange, broadcast_shapes, ds, is_int, mgrid  # noqa: F401 (re-exported as nl.*)
+from .loops import affine_range, sequential_range, static_range  # noqa: F401 (re-exported as nl.*)
+from .runtime import LoopIndex, machine
+from .tensor import NkiTensor
+from .trace import (
+    ACT,
+    COPY,
+    DMA,
+    DMA_LOAD,
+    DMA_STORE,
+    GPSIMD_ENGINE,
+    HBM,
+    MEMSET,
+    MM_BCAST,
+    PSUM,
+    RECIP,
+    RED,
+    SBUF,
+    SCALAR,
+    TENSOR,
+    TS,
+    TT,
+    VECTOR,
+    MatmulInfo,
+)
+
+F32 = np.dtype(np.float32)
+
+
+# --- buffers, dtypes, constants ---------------------------------------------------------------------
+
+class BufferKind(str):
+    """An NKI memory name used as `buffer=` (compares equal to its string form)."""
+
+
+sbuf = BufferKind("sbuf")
+psum = BufferKind("psum")
+hbm = BufferKind("hbm")
+private_hbm = BufferKind("private_hbm")
+shared_hbm = BufferKind("shared_hbm")
+
+_BUFFERS = {"sbuf": (SBUF, "scratch"), "psum": (PSUM, "scratch"), "hbm": (HBM, "scratch"),
+            "private_hbm": (HBM, "scratch"), "shared_hbm": (HBM, "output")}
+
+
+def _ml_dtype(name: str):
+    import ml_dtypes
+    return np.dtype(getattr(ml_dtypes, name))
+
+
+class par_dim(int):
+    """`nl.par_dim(n)`: marks the partition dimension inside a shape tuple."""
+
+    def __repr__(self) -> str:
+        return f"par_dim({int(self)})"
+
+
+class tile_size:
+    """Hardware tile limits (trn1 / NeuronCore-v2)."""
+
+    pmax = 128
+    psum_fmax = 512
+    gemm_stationary_fmax = 128
+    gemm_moving_fmax = 512
+    bn_stats_fmax = 512
+    psum_part_max = 128
+    total_available_sbuf_size = T.SBUF_USABLE_BYTES * 128
+
+
+# --- creation ------------------------------------------------------------------------------------------
+
+def _shape_and_pdim(shape, api: str) -> tuple[tuple[int, ...], int]:
+    if is_int(shape):
+        shape = (shape,)
+    dims = []
+    pdim = None
+    for i, n in enumerate(shape):
+        if isinstance(n, par_dim):
+            if pdim is not None:
+                raise errors.IndexNotSupportedError(f"{api}: a shape can have only one nl.par_dim")
+            pdim = i
+        if not is_int(n) or int(n) < 1:
+            raise errors.OperandTypeError(f"{api}: shape dimensions must be positive integers, got {shape!r}")
+        dims.append(int(n))
+    return tuple(dims), (0 if pdim is None else pdim)
+
+
+def _buffer(buffer) -> tuple[str, str, str]:
+    name = "sbuf" if buffer is None else str(buffer)
+    if name not in _BUFFERS:
+        raise errors.OperandTypeError(f"unknown buffer {buffer!r}; use nl.sbuf, nl.psum, nl.hbm or nl.shared_hbm")
+    mem, kind = _BUFFERS[name]
+    return name, mem, kind
+
+
+def _create(shape, dtype, buffer, name, fill, api: str, line: int, lazy: bool = False) -> NkiTensor:
+    m = machine()
+    shape, pdim = _shape_and_pdim(shape, api)
+    dt = I.normalize_dtype(dtype if dtype is not None else np.float32)
+    bname, mem, kind = _buffer(buffer)
+    if mem == HBM:
+        if fill is not None:
+            raise errors.HbmInitValueError(f"Creating HBM tensor with init value is not supported ({api} with buffer={bname})")
+        if kind == "output":
+            frame = errors.kernel_frame(1)
+            if m.stack or (m.kernel_code is not None and frame is not None and frame.f_code is not m.kernel_code):
+                raise errors.SharedHbmScopeError(
+                    "shared_hbm buffer can only be created in the top level kernel scope (not inside a loop, an "
+                    "if-block or a helper function); create kernel outputs at the start of the kernel")
+        buf = T.new_buffer(HBM, shape, dt, 0, kind=kind, name=str(name or ""), line=line)
+        if kind == "scratch" and not m.stack:
+            m.declare(T.prod(shape) * dt.itemsize)
+        if kind == "output":
+            buf.written = Coverage(shape)
+            m.outputs.append(buf)
+            if not m.shape_only:
+                # outputs must be written completely (checked at the end), so no NaN fill is needed
+                buf.blocks[()] = np.empty(shape, dtype=dt)
+        return T.whole(buf)
+    buf = T.new_buffer(mem, shape, dt, pdim, name=str(name or ""), line=line, fill=fill)
+    if not m.stack:
+        m.declare(T.prod(shape) * dt.itemsize)
+    if fill is not None and not (mem == PSUM and lazy):
+        # the compiler initialises each block with a memset (PSUM accumulators marked
+        # lazy_initialization are overwritten by their first matmul instead)
+        engines = (VECTOR,) if mem == PSUM else (VECTOR, GPSIMD_ENGINE)
+        p = buf.local[0]
+        free = T.prod(buf.local[1:])
+        local_box = tuple((0, n) for n in buf.local)
+        for key in itertools.product(*(range(n) for n in shape[:pdim])):
+            box = tuple((k, k + 1) for k in key) + local_box
+            m.emit(MEMSET, api, engines, dt.name, (), p, free, (), (T.Region(buf.id, box),), line)
+    return T.whole(buf)
+
+
+def ndarray(shape, dtype=np.float32, buffer=None, name: str = "", **kwargs) -> NkiTensor:
+    """An uninitialised tensor (SBUF by default)."""
+    return _create(shape, dtype, buffer, name, None, "nl.ndarray", I.where())
+
+
+def empty_like(a, dtype=None, buffer=None, name: str = "", **kwargs) -> NkiTensor:
+    return _create(a.shape, dtype or a.dtype, buffer, name, None, "nl.empty_like", I.where())
+
+
+def zeros(shape, dtype=np.float32, buffer=None, name: str = "", lazy_initialization: bool = False, **kwargs) -> NkiTensor:
+    """A zero-filled tensor."""
+    return _create(shape, dtype, buffer, name, 0, "nl.zeros", I.where(), lazy_initialization)
+
+
+def ones(shape, dtype=np.float32, buffer=None, name: str = "", **kwargs) -> NkiTensor:
+    return _create(shape, dtype, buffer, name, 1, "nl.ones", I.where())
+
+
+def full(shape, fill_value, dtype=np.float32, buffer=None, name: str = "", **kwargs) -> NkiTensor:
+    return _create(shape, dtype, buffer, name, fill_value, "nl.full", I.where())
+
+
+def zeros_like(a, dtype=None, buffer=None, name: str = "", **kwargs) -> NkiTensor:
+    return _create(a.shape, dtype or a.dtype, buffer, name, 0, "nl.zeros_like", I.where())
+
+
+def ones_like(a, dtype=None, buffer=None, name: str = "", **kwargs) -> NkiTensor:
+    return _create(a.shape, dtype or a.dtype, buffer, name, 1, "nl.ones_like", I.where())
+
+
+def full_like(a, fill_value, dtype=None, buffer=None, name: str = "", **kwargs) -> NkiTensor:
+    return _create(a.shape, dtype or a.dtype, buffer, name, fill_value, "nl.full_like", I.where())
+
+
+def shared_constant(constant, dtype=None, **kwargs) -> NkiTensor:
+    """An HBM tensor holding `constant` (embedded in the kernel binary)."""
+    m = machine()
+    line = I.where()
+    arr = np.asarray(constant)
+    dt = I.normalize_dtype(dtype if dtype is not None else (arr.dtype if arr.dtype != np.float64 else np.float32))
+    buf = T.new_buffer(HBM, tuple(arr.shape), dt, 0, kind="constant", line=line)
+    if not m.shape_only:
+        buf.blocks[()] = np.ascontiguousarray(arr, dtype=dt)
+    return T.whole(buf)
+
+
+def shared_identity_matrix(n: int, dtype=np.float32, **kwargs) -> NkiTensor:
+    return shared_constant(np.identity(n), dtype)
+
+
+# --- data movement -----------------------------------------------------------------------------------
+
+def _as_tile_shape(v: NkiTensor) -> NkiTensor:
+    """An HBM view of rank < 2 seen as a (P, 1) / (1, 1) tile."""
+    if len(v._shape) >= 2:
+        return v
+    extra = 2 - len(v._shape)
+    if v._gat is not None:
+        g = tuple(x.reshape(x.shape + (1,) * extra) for x in v._gat)
+        return T._general_view(v, g, v._shape + (1,) * extra)
+    a = tuple(row + (0,) * extra for row in v._a)
+    checks = tuple((c, coef + (0,) * extra, ext, d) for c, coef, ext, d in v._checks)
+    return T._make(v._b, v._key, v._dims, v._dstr, v._base, v._c, a, v._shape + (1,) * extra, checks, None, v._alias)
+
+
+def load(src, mask=None, dtype=None, **kwargs) -> NkiTensor:
+    """HBM -> a new SBUF tile (DMA)."""
+    m = machine()
+    line = I.where()
+    src = _as_tile_shape(I.tile(src, "src", "load", (HBM,)))
+    shape = src._shape
+    dt = I.normalize_dtype(dtype) if dtype is not None else src._b.dtype
+    box, wh = I.active(mask, shape)
+    sv = I.use(src, box, shape, wh)
+    res = I.new_result(shape, dt, SBUF, DMA_LOAD, line)
+    rv = res if box is None else T.restrict(res, box, shape)
+    if not m.shape_only and 0 not in rv._shape:
+        T.write(rv, T.array(sv), wh)
+    n = T.count(rv) if wh is None else int(wh.sum())
+    dma = I.dma_info(sv, n * src._b.itemsize, rv._shape[0])
+    I.record(m, DMA_LOAD, "nl.load", (DMA,), res, rv, box, wh, [sv], line, dma=dma)
+    return res
+
+
+def load_transpose2d(src, mask=None, dtype=None, **kwargs) -> NkiTensor:
+    """HBM [F, P] -> SBUF tile [P, F] transposed by the DMA engine."""
+    m = machine()
+    line = I.where()
+    src = I.tile(src, "src", "load_transpose2d", (HBM,))
+    if len(src._shape) != 2:
+        raise errors.MaxDimensionError(f"parameter 'src{list(src._shape)}' of 'load_transpose2d' must be 2-D")
+    shape = (src._shape[1], src._shape[0])
+    dt = I.normalize_dtype(dtype) if dtype is not None else src._b.dtype
+    box, wh = I.active(mask, shape)
+    sbox = None if box is None else (box[1], box[0])
+    sv = I.use(src, sbox, src._shape, None if wh is None else wh.T)
+    res = I.new_result(shape, dt, SBUF, DMA_LOAD, line)
+    rv = res if box is None else T.restrict(res, box, shape)
+    if not m.shape_only and 0 not in rv._shape:
+        T.write(rv, T.array(sv).T, wh)
+    n = T.count(rv) if wh is None else int(wh.sum())
+    dma = I.dma_info(sv, n * src._b.itemsize, rv._shape[0])
+    dma = type(dma)(dma.bytes, dma.partitions, src._b.itemsize, n)   # element-wise transposing descriptors
+    I.record(m, DMA_LOAD, "nl.load_transpose2d", (DMA,), res, rv, box, wh, [sv], line, "transpose", dma=dma)
+    return res
+
+
+def store(dst, value, mask=None, **kwargs) -> None:
+    """SBUF tile (or scalar) -> HBM (DMA)."""
+    m = machine()
+    line = I.where()
+    dst = _as_tile_shape(I.tile(dst, "dst", "store", (HBM,)))
+    I.immutable_check(dst)
+    if isinstance(value, NkiTensor):
+        if value._b.memory == PSUM:
+            raise errors.UnsupportedMemoryError(
+                "Expected operand 'value' of 'store' to be in address space 'sbuf', but got a tile in 'psum' "
+                "instead; DMA cannot read PSUM: copy the tile to SBUF first (nl.copy)")
+        value = I.tile(value, "value", "store", (SBUF,))
+        vshape = value._shape
+        if dst._shape != vshape:
+            dst = S.squeeze_to(dst, vshape)    # e.g. out[i] of shape (1, P, F) for a (P, F) tile
+        I._check_assign_shape(dst, vshape, f"the stored tile '{value._b.label}'")
+    elif not I.is_scalar(value):
+        raise errors.OperandTypeError(f"operand 'value' of 'store' must be an SBUF tile or a scalar, got "
+                                      f"{type(value).__name__}")
+    shape = dst._shape
+    box, wh = I.active(mask, shape)
+    dv = I.use(dst, box, shape, wh)
+    reads = []
+    if isinstance(value, NkiTensor):
+        vv = I.use(value, box, shape, wh)
+        reads.append(vv)
+    m.note_write(dst._b, T.region(dv).box, view=dst)
+    if not m.shape_only and 0 not in dv._shape:
+        T.write(dv, T.array(reads[0]) if reads else np.asarray(value), wh)
+    if 0 not in dv._shape:
+        T.mark_written(dv, wh)
+    n = T.count(dv) if wh is None else int(wh.sum())
+    p = reads[0]._shape[0] if reads else dv._shape[0]
+    dma = I.dma_info(dv, n * dst._b.itemsize, p)
+    m.emit(DMA_STORE, "nl.store", (DMA,), dst._b.dtname, tuple(r._b.dtname for r in reads), p,
+           n // p if p else 0, tuple(T.region(r) for r in reads), (T.region(dv),), line, "", None, dma, 0, False)
+
+
+def copy(src, mask=None, dtype=None, **kwargs) -> NkiTensor:
+    """A copy of a tile into a new SBUF tile (Vector or Scalar engine)."""
+    line = I.where()
+    src = I.tile(src, "src", "copy")
+    dt = I.normalize_dtype(dtype) if dtype is not None else src._b.dtype
+    return I.compute("nl.copy", COPY, (VECTOR, SCALAR), "copy", [("src", src)], src._shape, dt, mask,
+                     lambda a: a, line=line)
+
+
+def static_cast(src, dtype, mask=None, **kwargs) -> NkiTensor:
+    """Convert a tile to `dtype` (a copy with a cast)."""
+    line = I.where()
+    src = I.tile(src, "src", "static_cast")
+    return I.compute("nl.static_cast", COPY, (VECTOR, SCALAR), "copy", [("src", src)], src._shape,
+                     I.normalize_dtype(dtype), mask, lambda a: a, line=line)
+
+
+# --- element-wise ------------------------------------------------------------------------------------------
+
+def _elementwise_binary(api: str, op: str, x, y, dtype, mask, line: int, *, operator: bool = False,
+                        engine=None) -> NkiTensor:
+    """tile (+) tile -> TT; tile (+) scalar or (P, 1) vector -> TS; P=1 operands are broadcast
+    across partitions first (nl.* APIs only; operators raise)."""
+    tx, ty = isinstance(x, NkiTensor), isinstance(y, NkiTensor)
+    fn = ops.ALU[op]
+    if not tx and not ty:
+        if not (I.is_scalar(x) and I.is_scalar(y)):
+            raise errors.OperandTypeError(f"'{api}' needs tiles or scalars, got {type(x).__name__} and {type(y).__name__}")
+        return fn(np.float32(x), np.float32(y))
+    dt = I.result_dtype([x, y], dtype)
+    if tx and ty:
+        x = I.tile(x, "x", api)
+        y = I.tile(y, "y", api)
+        px, py = x._shape[0], y._shape[0]
+        if px != py:
+            if operator or (px != 1 and py != 1):
+                raise errors.PartitionMismatchError(
+                    f"number of partitions (dimension 0 size of a tile) mismatch in parameters (x{list(x._shape)}, "
+                    f"y{list(y._shape)}) of '{api}'; use .broadcast_to(...) to broadcast along partitions")
+            if px == 1:
+                x = broadcast_to(x, (py,) + x._shape[1:], _line=line)
+            else:
+                y = broadcast_to(y, (px,) + y._shape[1:], _line=line)
+        out_shape = broadcast_shapes(x._shape, y._shape)
+        if out_shape is None or len(x._shape) != len(y._shape):
+            raise errors.BroadcastError(
+                f"Parameter shapes (x{list(x._shape)}, y{list(y._shape)}) of '{api}' could not be broadcast together")
+        if x._shape == y._shape or (T.prod(x._shape[1:]) > 1 and T.prod(y._shape[1:]) > 1):
+            engines = _engines(engine, (GPSIMD_ENGINE,) if op == "power" else (VECTOR,))
+            return I.compute(api, TT, engines, op, [("x", x), ("y", y)], out_shape, dt, mask, fn, line=line)
+        # one operand is a per-partition vector (P, 1): tensor_scalar
+        vec_first = T.prod(x._shape[1:]) == 1
+        data, vec = (y, x) if vec_first else (x, y)
+        func = op if not vec_first else f"{op}(reverse)"
+        f2 = (lambda d, v: fn(v, d)) if vec_first else fn
+        return I.compute(api, TS, _engines(engine, (VECTOR, SCALAR)), func, [("data", data), ("operand0", vec)],
+                         out_shape, dt, mask, f2, line=line)
+    data, s = (x, y) if tx else (y, x)
+    if not I.is_scalar(s):
+        raise errors.OperandTypeError(f"'{api}' cannot combine a tile with {type(s).__name__}")
+    data = I.tile(data, "x" if tx else "y", api)
+    sv = np.float32(s)
+
+    def f1(d):
+        return fn(d, sv) if tx else fn(sv, d)
+
+    func = op if tx else f"{op}(reverse)"
+    return I.compute(api, TS, _engines(engine, (VECTOR, SCALAR)), func, [("data", data)], data._shape, dt, mask,
+                     f1, line=line)
+
+
+def _engines(engine, default: tuple[str, ...]) -> tuple[str, ...]:
+    from .isa import engine_letters
+    return engine_letters(engine) or default
+
+
+def operator(t: NkiTensor, other, op: str, reverse: bool) -> NkiTensor:
+    """Python operators on tiles (`a + b`, `t / 2`), which behave like the nl calls."""
+    line = I.where()
+    x, y = (other, t) if reverse else (t, other)
+    return _elementwise_binary(f"operator {op}", op, x, y, None, None, line, operator=True)
+
+
+def _make_binary(op: str, doc: str):
+    def fn(x, y, dtype=None, mask=None, **kwargs):
+        return _elementwise_binary(f"nl.{op}", op, x, y, dtype, mask, I.where(), engine=kwargs.get("engine"))
+    fn.__name__ = op
+    fn.__qualname__ = op
+    fn.__doc__ = doc
+    fn.nki_alu = op
+    return fn
+
+
+add = _make_binary("add", "x + y, element-wise.")
+subtract = _make_binary("subtract", "x - y, element-wise.")
+multiply = _make_binary("multiply", "x * y, element-wise.")
+divide = _make_binary("divide", "x / y, element-wise.")
+maximum = _make_binary("maximum", "max(x, y), element-wise.")
+minimum = _make_binary("minimum", "min(x, y), element-wise.")
+power = _make_binary("power", "x ** y, element-wise.")
+equal = _make_binary("equal", "1.0 where x == y else 0.0.")
+not_equal = _make_binary("not_equal", "1.0 where x != y else 0.0.")
+greater = _make_binary("greater", "1.0 where x > y else 0.0.")
+greater_equal = _make_binary("greater_equal", "1.0 where x >= y else 0.0.")
+less = _make_binary("less", "1.0 where x < y else 0.0.")
+less_equal = _make_binary("less_equal", "1.0 where x <= y else 0.0.")
+logical_and = _make_binary("logical_and", "x and y (as 1.0 / 0.0).")
+logical_or = _make_binary("logical_or", "x or y (as 1.0 / 0.0).")
+logical_xor = _make_binary("logical_xor", "x xor y (as 1.0 / 0.0).")
+bitwise_and = _make_binary("bitwise_and", "x & y on integers.")
+bitwise_or = _make_binary("bitwise_or", "x | y on integers.")
+bitwise_xor = _make_binary("bitwise_xor", "x ^ y on integers.")
+left_shift = _make_binary("left_shift", "x << y on integers.")
+right_shift = _make_binary("right_shift", "x >> y on integers.")
+
+
+def _unary_act(func: str, x, dtype, mask, api: str, line: int) -> NkiTensor:
+    x = I.tile(x, "x", api)
+    dt = I.normalize_dtype(dtype) if dtype is not None else x._b.dtype
+    f = ops.ACTIVATION[func]
+    return I.compute(api, ACT, (SCALAR,), func, [("x", x)], x._shape, dt, mask, f, line=line)
+
+
+def _make_activation(name: str, doc: str):
+    def fn(x, dtype=None, mask=None, **kwargs):
+        return _unary_act(name, x, dtype, mask, f"nl.{name}", I.where())
+    fn.__name__ = name
+    fn.__qualname__ = name
+    fn.__doc__ = doc + " (ScalarE activation)"
+    fn.nki_act = name
+    return fn
+
+
+exp = _make_activation("exp", "e ** x.")
+log = _make_activation("log", "Natural logarithm.")
+sqrt = _make_activation("sqrt", "Square root.")
+rsqrt = _make_activation("rsqrt", "1 / sqrt(x).")
+square = _make_activation("square", "x * x.")
+tanh = _make_activation("tanh", "Hyperbolic tangent.")
+sigmoid = _make_activation("sigmoid", "1 / (1 + exp(-x)).")
+silu = _make_activation("silu", "x * sigmoid(x).")
+gelu = _make_activation("gelu", "Gaussian error linear unit.")
+gelu_apprx_tanh = _make_activation("gelu_apprx_tanh", "GELU, tanh approximation.")
+relu = _make_activation("relu", "max(x, 0).")
+abs = _make_activation("abs", "|x|.")
+sin = _make_activation("sin", "Sine.")
+cos = _make_activation("cos", "Cosine.")
+arctan = _make_activation("arctan", "Arc tangent.")
+erf = _make_activation("erf", "Error function.")
+softplus = _make_activation("softplus", "log(1 + exp(x)).")
+mish = _make_activation("mish", "x * tanh(softplus(x)).")
+reciprocal = _make_activation("reciprocal", "1 / x.")
+sign = _make_activation("sign", "Sign of x.")
+
+
+def negative(x, dtype=None, mask=None, **kwargs) -> NkiTensor:
+    """-x (a tensor_scalar multiply by -1)."""
+    line = I.where()
+    x = I.tile(x, "x", "nl.negative")
+    dt = I.normalize_dtype(dtype) if dtype is not None else x._b.dtype
+    return I.compute("nl.negative", TS, (VECTOR, SCALAR), "multiply", [("x", x)], x._shape, dt, mask,
+                     np.negative, line=line)
+
+
+negative.nki_act = "negative"
+
+
+# --- reductions -------------------------------------------------------------------------------------------
+
+def _axes(axis, ndim: int, api: str) -> tuple[int, ...]:
+    if axis is None:
+        axes = tuple(range(1, ndim))
+    elif is_int(axis):
+        axes = (int(axis),)
+    else:
+        axes = tuple(int(a) for a in axis)
+    axes = tuple(a + ndim if a < 0 else a for a in axes)
+    for a in axes:
+        if a == 0:
+            raise errors.ReduceAxisError(
+                f"'{api}' cannot reduce along the partition dimension (axis 0); transpose the tile (nc_transpose / "
+                f"nl.transpose) or use a matmul with a ones vector")
+        if not 0 < a < ndim:
+            raise errors.IndexNotSupportedError(f"axis {a} out of range for a tile of rank {ndim} in '{api}'")
+    return tuple(sorted(set(axes)))
+
+
+def reduce(api: str, op: str, x, axis, dtype, mask, keepdims: bool, line: int, negate: bool = False,
+           kind: str = RED) -> NkiTensor:
+    """Free-axis reduction (VectorE). The result keeps at least two dimensions."""
+    m = machine()
+    x = I.tile(x, "data", api)
+    shape = x._shape
+    axes = _axes(axis, len(shape), api)
+    if keepdims:
+        out_shape = tuple(1 if k in axes else n for k, n in enumerate(shape))
+    else:
+        out_shape = tuple(n for k, n in enumerate(shape) if k not in axes)
+        if len(out_shape) < 2:
+            out_shape = out_shape + (1,) * (2 - len(out_shape))
+    dt = I.normalize_dtype(dtype) if dtype is not None else x._b.dtype
+    box, wh = I.active(mask, shape)
+    xv = I.use(x, box, shape, wh)
+    res = I.new_result(out_shape, dt, SBUF, kind, line)
+    obox = None
+    if box is not None:
+        kept = [box[k] for k in range(len(shape)) if k not in axes] if not keepdims else \
+            [(0, 1) if k in axes else box[k] for k in range(len(shape))]
+        kept = kept + [(0, 1)] * (len(out_shape) - len(kept))
+        obox = tuple(kept)
+    rv = res if obox is None else T.restrict(res, obox, out_shape)
+    if not m.shape_only and 0 not in rv._shape:
+        a = I.fp32(xv)
+        if wh is not None:
+            a = np.where(I._align(wh, xv._shape), a, np.float32(ops.REDUCE_IDENTITY.get(op, 0.0)))
+        r = ops.REDUCE[op](a, axis=axes, keepdims=True) if a.size else a
+        r = r.reshape(rv._shape)
+        if negate:
+            r = -r
+        T.write(rv, r)
+    free = T.prod(xv._shape[1:])
+    I.record(m, kind, api, (VECTOR,), res, rv, obox, None, [xv], line, op + (",negate" if negate else ""),
+             partitions=xv._shape[0], free=free)
+    return res
+
+
+def _make_reduce(name: str, op: str):
+    def fn(x, axis, dtype=None, mask=None, keepdims=False, **kwargs):
+        return reduce(f"nl.{name}", op, x, axis, dtype, mask, keepdims, I.where())
+    fn.__name__ = name
+    fn.__qualname__ = name
+    fn.__doc__ = f"Reduce with {op} along free axes (VectorE)."
+    fn.nki_alu = op
+    return fn
+
+
+sum = _make_reduce("sum", "add")
+max = _make_reduce("max", "maximum")
+min = _make_reduce("min", "minimum")
+prod = _make_reduce("prod", "multiply")
+all = _make_reduce("all", "logical_and")
+any = _make_reduce("any", "logical_or")
+
+
+def mean(x, axis, dtype=None, mask=None, keepdims=False, **kwargs) -> NkiTensor:
+    """Average along free axes: a sum reduction then a multiply by 1/n."""
+    line = I.where()
+    s = reduce("nl.mean", "add", x, axis, dtype, mask, keepdims, line)
+    axes = _axes(axis, len(x.shape), "nl.mean")
+    n = T.prod(x.shape[a] for a in axes)
+    inv = np.float32(1.0 / n)
+    return I.compute("nl.mean", TS, (VECTOR, SCALAR), "multiply", [("data", s)], s._shape, s._b.dtype, None,
+                     lambda a: a * inv, line=line)
+
+
+mean.nki_alu = None
+
+
+def softmax(x, axis=-1, dtype=None, mask=None, **kwargs) -> NkiTensor:
+    """exp(x - max) / sum(exp(x - max)) along the last free axis (several instructions)."""
+    from . import isa
+    line = I.where()
+    x = I.tile(x, "x", "nl.softmax")
+    ax = _axes(axis, len(x._shape), "nl.softmax")
+    if ax != (len(x._shape) - 1,) or len(x._shape) != 2:
+        raise errors.IndexNotSupportedError("nl.softmax supports 2-D tiles along the last axis (axis=1)")
+    mx = reduce("nl.softmax", "maximum", x, 1, F32, mask, False, line)
+    neg = I.compute("nl.softmax", TS, (VECTOR, SCALAR), "multiply", [("data", mx)], mx._shape, F32, None,
+                    lambda a: -a, line=line)
+    e = isa._activation("nl.softmax", "exp", x, neg, 1.0, mask, F32, line)
+    s = reduce("nl.softmax", "add", e, 1, F32, mask, False, line)
+    r = I.compute("nl.softmax", RECIP, (VECTOR,), "reciprocal", [("data", s)], s._shape, F32, None,
+                  lambda a: np.float32(1.0) / a, line=line)
+    dt = I.normalize_dtype(dtype) if dtype is not None else x._b.dtype
+    return I.compute("nl.softmax", TS, (VECTOR, SCALAR), "multiply", [("data", e), ("operand0", r)], e._shape, dt,
+                     mask, np.multiply, line=line)
+
+
+# --- matmul, transpose, broadcast ------------------------------------------------------------------------
+
+def matmul(x, y, transpose_x: bool = False, mask=None, **kwargs) -> NkiTensor:
+    """x @ y into a new PSUM tile. Without `transpose_x` the compiler first transposes x on
+    TensorE (matmul with an identity) and copies it to SBUF."""
+    from . import isa
+    line = I.where()
+    x = I.tile(x, "x", "matmul")
+    y = I.tile(y, "y", "matmul")
+    if len(x._shape) != 2 or len(y._shape) != 2:
+        raise errors.MaxDimensionError(
+            f"parameters 'x{list(x._shape)}', 'y{list(y._shape)}' of 'matmul' exceed max supported number of "
+            f"dimensions of 2")
+    if x._b.memory != SBUF:
+        x = copy(x)
+    if y._b.memory != SBUF:
+        y = copy(y)
+    if transpose_x:
+        stationary = x
+    else:
+        Mx, Kx = x._shape
+        if Kx != y._shape[0]:
+            raise errors.MatmulShapeError(
+                f"contraction sizes of 'matmul' operands x{list(x._shape)} (K = {Kx}) and y{list(y._shape)} "
+                f"(K = {y._shape[0]}) differ")
+        if Kx > 128:
+            raise errors.DimensionLimitError(
+                f"size of dimension 1 in 'x{list(x._shape)}' of 'matmul' exceed architecture limitation of 128")
+        xt = isa._transpose_tensore("nl.matmul", x, line)
+        stationary = I.compute("nl.matmul", COPY, (VECTOR, SCALAR), "copy", [("src", xt)], xt._shape, F32, None,
+                               lambda a: a, line=line)
+    return isa._matmul("nl.matmul", stationary, y, mask, line)
+
+
+def transpose(x, dtype=None, mask=None, **kwargs) -> NkiTensor:
+    """Swap partition and free axes of a 2-D tile (TensorE, via the identity matrix)."""
+    from . import isa
+    line = I.where()
+    x = I.tile(x, "x", "transpose")
+    if len(x._shape) != 2:
+        raise errors.MaxDimensionError(
+            f"parameter 'x{list(x._shape)}' of 'transpose' exceed max supported number of dimensions of 2")
+    return isa._transpose_tensore("nl.transpose", x, line, dtype)
+
+
+def broadcast_to(src, shape, _line: int | None = None, **kwargs) -> NkiTensor:
+    """Broadcast a tile to `shape`. Across partitions ((1, F) -> (P, F)) the compiler uses
+    TensorE: a K=1 matmul with a ones stationary into PSUM and a copy back, per 512 columns."""
+    m = machine()
+    line = I.where() if _line is None else _line
+    x = I.tile(src, "src", "broadcast_to")
+    shape = tuple(int(n) for n in shape)
+    if shape == x._shape:
+        return x
+    if len(shape) != len(x._shape) or broadcast_shapes(x._shape, shape) != shape:
+        raise errors.BroadcastError(f"cannot broadcast tile of shape {list(x._shape)} to {list(shape)}")
+    res = I.new_result(shape, x._b.dtype, SBUF, COPY, line)
+    f = res._b.fresh
+    if x._shape[0] == shape[0]:
+        # free-dimension broadcast: one copy with a stride-0 read
+        if not m.shape_only:
+            T.write(res, T.array(x))
+        I.record(m, COPY, "broadcast_to", (VECTOR, SCALAR), res, res, None, None, [x], line, "copy")
+        return res
+    if x._shape[0] != 1:
+        raise errors.PartitionMismatchError(
+            f"cannot broadcast {list(x._shape)} to {list(shape)}: the partition dimension can only be broadcast from 1")
+    P = shape[0]
+    free_shape = shape[1:]
+    F = T.prod(free_shape)
+    if not m.shape_only:
+        T.write(res, T.array(x))
+    chunk = 512
+    n_chunks = -(-F // chunk)
+    for c in range(n_chunks):
+        f0, f1 = c * chunk, builtins.min(F, (c + 1) * chunk)
+        ps = I.new_result((P, f1 - f0), F32, PSUM, MM_BCAST, line)
+        sub = _flat_box(free_shape, f0, f1)
+        xs = x if x._shape[1:] == (1,) * len(free_shape) else T.restrict(x, ((0, 1),) + sub, x._shape)
+        mm = MatmulInfo(1, P, f1 - f0, False, stationary_onezero=True)
+        I.record(m, MM_BCAST, "broadcast_to", (TENSOR,), ps, ps, None, None, [xs], line, "", partitions=1,
+                 free=f1 - f0, mm=mm)
+        ps._b.fresh.state = ps._b.fresh.USED
+        rbox = ((0, P),) + sub
+        rv = T.restrict(res, rbox, shape)
+        ins = m.emit(COPY, "broadcast_to", (VECTOR, SCALAR), res._b.dtname, ("float32",), P, f1 - f0,
+                     (T.region(ps),), (T.region(rv),), line, "copy", None, None, 1, False)
+        f.writers.append((ins, 0, rbox, T.region(rv)))
+    f.kind = COPY
+    return res
+
+
+def _flat_box(free_shape: tuple[int, ...], f0: int, f1: int) -> tuple[tuple[int, int], ...]:
+    """Bounding box (over the free dims) of flat free positions [f0, f1)."""
+    if len(free_shape) == 1:
+        return ((f0, f1),)
+    first = np.unravel_index(f0, free_shape)
+    last = np.unravel_index(f1 - 1, free_shape)
+    out, same = [], True
+    for a, z, n in zip(first, last, free_shape):
+        out.append((int(a), int(z) + 1) if same else (0, n))
+        same = same and a == z
+    return tuple(out)
+
+
+# --- loop reductions and misc ------------------------------------------------------------------------------
+
+def loop_reduce(x, op, loop_indices, dtype=None, mask=None, **kwargs):
+    """Reduce `x` into the assigned destination across iterations of `loop_indices`:
+    the first iteration writes x, later ones dst = op(dst, x) (one VectorE tensor_tensor)."""
+    line = I.where()
+    x = I.tile(x, "x", "loop_reduce")
+    name = ops.alu_name(op, "loop_reduce")
+    loops = tuple(loop_indices) if isinstance(loop_indices, (list, tuple)) else (loop_indices,)
+    for li in loops:
+        if not isinstance(li, LoopIndex):
+            raise errors.OperandTypeError(
+                f"loop_indices of nl.loop_reduce must be loop variables of nl.affine_range/sequential_range loops, "
+                f"got {li!r}")
+    return I.PendingLoopReduce(x, name, loops, dtype, mask, line)
+
+
+def program_id(axis: int = 0) -> int:
+    """SPMD program index: kernels run as a single program here."""
+    machine()
+    return 0
+
+
+def num_programs(axes=None) -> int:
+    machine()
+    return 1
+
+
+def program_ndim() -> int:
+    machine()
+    return 0
+
+
+def device_print(prefix: str, x, **kwargs) -> None:
+    """Print a tile's values (full-data runs only)."""
+    m = machine()
+    x = I.tile(x, "x", "device_print", (SBUF, PSUM, HBM))
+    if not m.shape_only:
+        print(prefix, T.array(x))
+
+
+# Supported dtypes (NumPy dtypes; bf16 / fp8 from ml_dtypes, resolved on first use).
+float32 = np.float32
+float16 = np.float16
+tfloat32 = np.float32
+int8, int16, int32 = np.int8, np.int16, np.int32
+uint8, uint16, uint32 = np.uint8, np.uint16, np.uint32
+bool_ = np.bool_
+
+
+def __getattr__(name: str):
+    # bf16/fp8 dtypes come from ml_dtypes, imported only when a kernel asks for them
+    lazy = {"bfloat16": "bfloat16", "float8_e4m3": "float8_e4m3", "float8_e5m2": "float8_e5m2",
+            "float8_e4m3fn": "float8_e4m3fn"}
+    if name in lazy:
+        return _ml_dtype(lazy[name])
+    raise AttributeError(name)
+
+
+EXPORTS = [
+    # buffers, dtypes, constants
+    "sbuf", "psum", "hbm", "private_hbm", "shared_hbm", "par_dim", "tile_size",
+    "float32", "float16", "tfloat32", "int8", "int16", "int32", "uint8", "uint16", "uint32", "bool_",
+    # indexing and loops
+    "arange", "mgrid", "ds", "affine_range", "sequential_range", "static_range",
+    # creation
+    "ndarray", "empty_like", "zeros", "ones", "full", "zeros_like", "ones_like", "full_like",
+    "shared_constant", "shared_identity_matrix",
+    # data movement
+    "load", "load_transpose2d", "store", "copy", "static_cast",
+    # element-wise
+    "add", "subtract", "multiply", "divide", "maximum", "minimum", "power", "equal", "not_equal",
+    "greater", "greater_equal", "less", "less_equal", "logical_and", "logical_or", "logical_xor",
+    "bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift",
+    "exp", "log", "sqrt", "rsqrt", "square", "tanh", "sigmoid", "silu", "gelu", "gelu_apprx_tanh", "relu",
+    "abs", "sin", "cos", "arctan", "erf", "softplus", "mish", "reciprocal", "sign", "negative",
+    # reductions
+    "sum", "max", "min", "prod", "all", "any", "mean", "softmax", "loop_reduce",
+    # matmul, transpose, broadcast
+    "matmul", "transpose", "broadcast_to",
+    # SPMD / debug
+    "program_id", "num_programs", "program_ndim", "device_print",
+]
+LAZY_EXPORTS = ["bfloat16", "float8_e4m3", "float8_e5m2", "float8_e4m3fn"]

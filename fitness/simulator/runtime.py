@@ -1,0 +1,275 @@
+"""The state of one kernel run: trace under construction, loop stack, scopes, write
+bookkeeping for the `affine_range` rule, and the block-release plan.
+
+Exactly one `Machine` is active while a kernel runs (kernels run eagerly, one at a time
+per process); the `nl`/`nisa` calls find it with `machine()`.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import errors
+from .trace import Instr, Loop, TensorInfo, Trace
+
+Path = tuple[tuple[int, int], ...]
+
+_CURRENT: Machine | None = None
+
+
+def machine() -> Machine:
+    """The machine of the running kernel; NKI calls outside a kernel are an error."""
+    m = _CURRENT
+    if m is None:
+        raise errors.ApiOutsideKernelError(
+            "calling NKI API outside of NKI kernels is not supported (run the kernel with nki.jit, "
+            "nki.simulate_kernel or fitness.simulator.run_kernel)")
+    return m
+
+
+def current() -> Machine | None:
+    return _CURRENT
+
+
+def activate(m: Machine | None) -> Machine | None:
+    """Make `m` the running machine; returns the previous one (for nesting/restoring)."""
+    global _CURRENT
+    prev, _CURRENT = _CURRENT, m
+    return prev
+
+
+class LoopFrame:
+    """One execution of a loop statement (a loop instance) on the loop stack."""
+
+    __slots__ = ("uid", "id", "kind", "start", "stop", "step", "value", "depth",
+                 "path_prefix", "scope_prefix", "writes")
+
+    def __init__(self, uid: int, loop_id: int, kind: str, r: range, depth: int,
+                 path_prefix: Path, scope_prefix: Path):
+        self.uid = uid
+        self.id = loop_id
+        self.kind = kind
+        self.start, self.stop, self.step = r.start, r.stop, r.step
+        self.value = r.start
+        self.depth = depth
+        self.path_prefix = path_prefix
+        self.scope_prefix = scope_prefix
+        # affine loops: tensor id -> {iteration: [bounding box, [boxes...]]}
+        self.writes: dict[int, dict[int, list]] = {}
+
+
+class LoopIndex(int):
+    """A loop iteration value that remembers its loop (for `nl.loop_reduce(loop_indices=...)`)."""
+
+    loop: LoopFrame
+
+
+@dataclass
+class ReleasePlan:
+    """Blocks to drop after their last use: `at[i]` lists (tensor id, block key) whose last
+    access is instruction i (computed from a shape-only trace of the same kernel)."""
+
+    at: dict[int, list[tuple[int, tuple[int, ...]]]] = field(default_factory=dict)
+
+
+class NeedsReleasePlan(BaseException):
+    """Internal: a run without a release plan declared more memory than its budget (a
+    BaseException so that `except Exception` in kernel code cannot swallow it)."""
+
+
+class Machine:
+    """Everything one kernel execution accumulates."""
+
+    def __init__(self, *, shape_only: bool, kernel_file: str = "", plan: ReleasePlan | None = None):
+        self.shape_only = shape_only
+        self.trace = Trace(kernel_file=kernel_file)
+        self.instrs = self.trace.instrs
+        self.stack: list[LoopFrame] = []
+        self.path: Path = ()
+        self.scope: Path = ()
+        self._loop_ids: dict[tuple, int] = {}
+        self._next_uid = 0
+        self._next_tensor = 0
+        self.buffers: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+        self.plan = plan
+        self._plan_tids = None if plan is None else {tid for entries in plan.at.values() for tid, _ in entries}
+        self._released_upto = 0
+        self.kernel_code = None          # code object of the kernel function (shared_hbm rule)
+        self.identity = None             # SBUF identity tile for nl.matmul transposes
+        self.outputs: list[Any] = []
+        self.params: list[Any] = []
+        self.fresh: list[Any] = []       # tensor.Fresh of every instruction result
+        self.declared_bytes = 0          # logical bytes of tensors declared at kernel level
+        self.declared_budget: int | None = None
+
+    # --- tensors -------------------------------------------------------------------------
+
+    def new_tensor_id(self) -> int:
+        self._next_tensor += 1
+        return self._next_tensor
+
+    def register(self, buf, info: TensorInfo) -> None:
+        self.trace.tensors[info.id] = info
+        if self._plan_tids is not None and info.id in self._plan_tids:
+            self.buffers[info.id] = buf   # weakly: only blocks of live tensors need releasing
+
+    def declare(self, nbytes: int) -> None:
+        """Account a kernel-level tensor: without a release plan it lives until the end."""
+        self.declared_bytes += nbytes
+        if self.declared_budget is not None and self.declared_bytes > self.declared_budget:
+            raise NeedsReleasePlan()
+
+    def check_scope(self, buf) -> None:
+        s = buf.scope
+        if s and s is not self.scope and self.scope[:len(s)] != s:
+            raise errors.ScopeError(
+                f"tensor '{buf.label}' created at line {buf.line} inside a loop body is referenced outside "
+                f"of its parent scope (created in loop iteration {_fmt_path(buf.tpath)}, used in "
+                f"{_fmt_path(self.path) or 'the kernel body'}); create it before the loop and assign with t[...] =")
+
+    # --- instructions ----------------------------------------------------------------------
+
+    def emit(self, kind: str, op: str, engines: tuple[str, ...], dtype: str, in_dtypes: tuple[str, ...],
+             partitions: int, free: int, reads: tuple, writes: tuple, line: int, func: str = "",
+             mm=None, dma=None, psum_inputs: int = 0, strided: bool = False) -> Instr:
+        i = len(self.instrs)
+        if self.plan is not None and self._released_upto < i:
+            self._release(i)
+        ins = Instr(i, kind, op, engines, dtype, in_dtypes, partitions, free, reads, writes,
+                    self.path, line, func, mm, dma, psum_inputs, strided)
+        self.instrs.append(ins)
+        return ins
+
+    def _release(self, upto: int) -> None:
+        """Drop blocks whose last access is an instruction before `upto`."""
+        at = self.plan.at
+        for i in range(self._released_upto, upto):
+            for tid, key in at.get(i, ()):
+                buf = self.buffers.get(tid)
+                if buf is not None and buf.blocks is not None:
+                    buf.blocks.pop(key, None)
+        self._released_upto = upto
+
+    def finish(self) -> None:
+        """Complete the trace: tensor records of the instruction results that stayed tiles of
+        their own (results assigned straight into a destination have none)."""
+        if self.plan is not None:
+            self._release(len(self.instrs) + 1)
+        tensors = self.trace.tensors
+        for f in self.fresh:
+            if f.state != 2:   # Fresh.RETARGETED
+                tensors[f.meta[0]] = TensorInfo(*f.meta)
+        ordered = sorted(tensors.items())
+        tensors.clear()
+        tensors.update(ordered)
+
+    # --- loops ---------------------------------------------------------------------------
+
+    def loop(self, kind: str, r: range, line: int) -> Iterator[LoopIndex]:
+        """Iterate `r`, keeping the loop stack, paths and per-loop write records current."""
+        depth = len(self.stack)
+        parent = self.stack[-1].id if self.stack else None
+        key = (line, parent, r.start, r.stop, r.step, kind)
+        loop_id = self._loop_ids.get(key)
+        if loop_id is None:
+            loop_id = self._loop_ids[key] = len(self._loop_ids) + 1
+            self.trace.loops[loop_id] = Loop(loop_id, kind, r.start, r.stop, r.step, parent, line)
+        self._next_uid += 1
+        frame = LoopFrame(self._next_uid, loop_id, kind, r, depth, self.path, self.scope)
+        self.stack.append(frame)
+        try:
+            for v in r:
+                if len(self.stack) > depth + 1:   # an inner loop left by `break`/exception
+                    del self.stack[depth + 1:]
+                frame.value = v
+                self.path = frame.path_prefix + ((loop_id, v),)
+                self.scope = frame.scope_prefix + ((frame.uid, v),)
+                idx = LoopIndex(v)
+                idx.loop = frame
+                yield idx
+        finally:
+            del self.stack[depth:]
+            self.path = frame.path_prefix
+            self.scope = frame.scope_prefix
+
+    # --- the affine_range write rule -------------------------------------------------------
+
+    def note_write(self, buf, box: tuple[tuple[int, int], ...], exempt: frozenset = frozenset(),
+                   view=None) -> None:
+        """Record a plain (non-accumulating) write of `box` of `buf`; raise when another
+        iteration of an enclosing affine loop (entered after `buf` was created) wrote an
+        overlapping box. Writes are grouped by block, so iterations that write different
+        blocks never need comparing; loops whose variable indexes a dimension of the
+        destination directly (`t[i, ...]`) cannot conflict and are skipped."""
+        depth = len(buf.scope)
+        stack = self.stack
+        if depth >= len(stack):
+            return
+        pinned = None
+        if view is not None:
+            par = view._srcpar
+            if par is not None and par._whole:
+                k = view._srckey
+                if type(k) is tuple:
+                    pinned = {i.loop.uid for i in k if type(i) is LoopIndex}
+                elif type(k) is LoopIndex:
+                    pinned = {k.loop.uid}
+        nb = buf.nb
+        key = (buf.id, box[:nb]) if nb else buf.id
+        local = box[nb:] if nb else box
+        for frame in stack[depth:]:
+            if frame.kind != "affine":
+                continue
+            uid = frame.uid
+            if (pinned and uid in pinned) or (exempt and uid in exempt):
+                continue
+            writes = frame.writes
+            v = frame.value
+            per_iter = writes.get(key)
+            if per_iter is None:
+                writes[key] = {v: [local, [local]]}
+                continue
+            if len(per_iter) > 1 or v not in per_iter:
+                for it, (bb, boxes) in per_iter.items():
+                    if it == v or not _overlap(bb, local):
+                        continue
+                    for other in boxes:
+                        if _overlap(other, local):
+                            full = box[:nb] + _intersect(other, local)
+                            raise errors.OutputDependencyError(
+                                f"iterations {it} and {v} of the affine_range loop at line "
+                                f"{self.trace.loops[frame.id].line} both write {_fmt_box(full)} of tensor "
+                                f"'{buf.label}' (shape {list(buf.shape)}); index the destination with the loop "
+                                f"variable, or use nl.sequential_range")
+            entry = per_iter.get(v)
+            if entry is None:
+                per_iter[v] = [local, [local]]
+            else:
+                entry[0] = _union(entry[0], local)
+                entry[1].append(local)
+
+
+def _overlap(a, b) -> bool:
+    for (a0, a1), (b0, b1) in zip(a, b):
+        if a0 >= b1 or b0 >= a1:
+            return False
+    return True
+
+
+def _union(a, b):
+    return tuple((min(a0, b0), max(a1, b1)) for (a0, a1), (b0, b1) in zip(a, b))
+
+
+def _intersect(a, b):
+    return tuple((max(a0, b0), min(a1, b1)) for (a0, a1), (b0, b1) in zip(a, b))
+
+
+def _fmt_box(box) -> str:
+    return "[" + ", ".join(f"{lo}" if hi == lo + 1 else f"{lo}:{hi}" for lo, hi in box) + "]"
+
+
+def _fmt_path(path: Path) -> str:
+    return ", ".join(f"loop {lid} = {v}" for lid, v in path)

@@ -1,0 +1,174 @@
+"""`import neuronxcc.nki...` resolved to the emulator, in the current process only.
+
+`install_neuronxcc()` puts module objects named `neuronxcc`, `neuronxcc.nki`,
+`neuronxcc.nki.language`, `.isa`, `.typing` (and `.compiler`) into `sys.modules`. Nothing
+named `neuronxcc` exists on disk, so on a Trainium host the real SDK is used unless the
+evaluating process asks for the emulator. Names the emulator does not implement raise
+`UnsupportedApiError` naming them.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.machinery
+import sys
+import types
+from collections.abc import Callable
+from typing import Any
+
+from . import errors, isa, language, runtime
+
+_MARK = "__nki_emulator__"
+
+
+class JitKernel:
+    """A kernel under `@nki.jit`: calling it runs the emulator (or, inside a running kernel,
+    just calls the function, like NKI's nested kernel calls)."""
+
+    def __init__(self, func: Callable, mode: str | None = None, **options):
+        self.func = func
+        self.mode = mode
+        self.options = options
+        functools.update_wrapper(self, func)
+
+    def __call__(self, *args, **kwargs):
+        if runtime.current() is not None:
+            return self.func(*args, **kwargs)
+        from .runner import simulate
+        return simulate(self.func, args, kwargs).outputs
+
+    def __getitem__(self, grid):
+        dims = grid if isinstance(grid, tuple) else (grid,)
+        if all(int(d) == 1 for d in dims):
+            return self
+        raise errors.UnsupportedApiError(
+            f"SPMD launch grids ({grid}) are not supported by the emulator; launch the kernel without a grid")
+
+
+def jit(func=None, mode: str | None = None, **options):
+    """`@nki.jit` / `@nki.jit(mode="simulation")`."""
+    if func is None:
+        return lambda f: JitKernel(_unwrap(f), mode, **options)
+    return JitKernel(_unwrap(func), mode, **options)
+
+
+def _unwrap(func):
+    return func.func if isinstance(func, JitKernel) else func
+
+
+def trace(func=None, **options):
+    """`@nki.trace` marks helper kernels; they run inline."""
+    if func is None:
+        return lambda f: f
+    return func
+
+
+def simulate_kernel(kernel, *args, **kwargs):
+    """`nki.simulate_kernel(kernel, *arrays)`: run on the emulator, return NumPy outputs."""
+    from .runner import simulate
+    return simulate(_unwrap(kernel), args, kwargs).outputs
+
+
+def baremetal(kernel=None, **options):
+    """`nki.baremetal(kernel, save_neff_name=..., ...)(*arrays)`: here, the emulator."""
+    if kernel is None:
+        return lambda k: baremetal(k, **options)
+
+    def run(*args, **kwargs):
+        from .runner import simulate
+        return simulate(_unwrap(kernel), args, kwargs).outputs
+    return functools.wraps(_unwrap(kernel))(run)
+
+
+def benchmark(kernel=None, warmup: int = 0, iters: int = 1, **options):
+    """`nki.benchmark(...)(kernel)(*arrays)`: runs the emulator once. Latency figures come from
+    the performance model (fitness.simulator.perf), not from this call."""
+    if kernel is None:
+        return lambda k: benchmark(k, warmup, iters, **options)
+    return baremetal(kernel, **options)
+
+
+class _TensorType:
+    """`nt.tensor[...]` / `nt.mutable_tensor[...]` annotations."""
+
+    def __init__(self, name: str, mutable: bool, shape=None, dtype=None):
+        self.name, self.mutable, self.shape, self.dtype = name, mutable, shape, dtype
+
+    def __getitem__(self, item):
+        return _TensorType(self.name, self.mutable, item)
+
+    def __call__(self, *args, **kwargs):
+        return _TensorType(self.name, self.mutable, args)
+
+    def __repr__(self) -> str:
+        return f"nt.{self.name}" + (f"[{self.shape}]" if self.shape is not None else "")
+
+
+def is_mutable_annotation(ann) -> bool:
+    return isinstance(ann, _TensorType) and ann.mutable
+
+
+def _unsupported(module_name: str):
+    def __getattr__(name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise errors.UnsupportedApiError(
+            f"'{module_name}.{name}' is not supported by the NKI emulator", *errors.kernel_location(1))
+    return __getattr__
+
+
+def _module(name: str, attrs: dict[str, Any], lazy: Callable | None = None,
+            package: bool = False) -> types.ModuleType:
+    mod = types.ModuleType(name, f"NKI emulator stand-in for `{name}` (fitness.simulator).")
+    # a spec (and a package path) so that importlib.util.find_spec and submodule imports work
+    mod.__spec__ = importlib.machinery.ModuleSpec(name, None, origin="fitness.simulator (NKI emulator)",
+                                                  is_package=package)
+    if package:
+        mod.__path__ = []
+    mod.__dict__.update(attrs)
+    setattr(mod, _MARK, True)
+    fallback = _unsupported(name)
+    if lazy is None:
+        mod.__getattr__ = fallback
+    else:
+        def __getattr__(attr: str):
+            try:
+                return lazy(attr)
+            except AttributeError:
+                return fallback(attr)
+        mod.__getattr__ = __getattr__
+    return mod
+
+
+def build_modules() -> dict[str, types.ModuleType]:
+    """Fresh module objects for the `neuronxcc` namespace."""
+    from .loops import kernel_range  # noqa: F401  (documented: kernels' `range` is replaced by the runner)
+    nl = _module("neuronxcc.nki.language", {n: getattr(language, n) for n in language.EXPORTS},
+                 lazy=language.__getattr__)
+    nisa = _module("neuronxcc.nki.isa", {n: getattr(isa, n) for n in isa.EXPORTS})
+    nt = _module("neuronxcc.nki.typing", {"tensor": _TensorType("tensor", False),
+                                          "mutable_tensor": _TensorType("mutable_tensor", True),
+                                          "scalar": _TensorType("scalar", False)})
+    ncc = _module("neuronxcc.nki.compiler", {})
+    nki = _module("neuronxcc.nki", {
+        "jit": jit, "trace": trace, "simulate_kernel": simulate_kernel, "baremetal": baremetal,
+        "benchmark": benchmark, "language": nl, "isa": nisa, "typing": nt, "compiler": ncc,
+    }, package=True)
+    root = _module("neuronxcc", {"nki": nki}, package=True)
+    return {"neuronxcc": root, "neuronxcc.nki": nki, "neuronxcc.nki.language": nl,
+            "neuronxcc.nki.isa": nisa, "neuronxcc.nki.typing": nt, "neuronxcc.nki.compiler": ncc}
+
+
+def install_neuronxcc() -> None:
+    """Make `import neuronxcc.nki...` resolve to the emulator in this process (idempotent)."""
+    current = sys.modules.get("neuronxcc")
+    if current is not None and getattr(current, _MARK, False):
+        return
+    sys.modules.update(build_modules())
+
+
+def uninstall_neuronxcc() -> None:
+    """Remove the emulator's `neuronxcc` modules from `sys.modules` (tests)."""
+    for name in [n for n in sys.modules if n == "neuronxcc" or n.startswith("neuronxcc.")]:
+        if getattr(sys.modules[name], _MARK, False):
+            del sys.modules[name]
