@@ -5,11 +5,13 @@ from __future__ import annotations
 import functools
 import importlib
 import pkgutil
-from importlib import resources
 from pathlib import Path
 
 from . import problems as _problems_pkg
 from .problem import BuiltinProblem, Problem, ProblemSpec
+
+
+BASELINES = Path(__file__).resolve().parent / "baselines"   # package data: the baseline kernels
 
 
 class ProblemError(ValueError):
@@ -64,7 +66,7 @@ def load(spec: ProblemSpec) -> Problem:
 
         return load_official(spec)
     mod = _module(spec.name)
-    baseline = Path(str(resources.files(__package__).joinpath("baselines", mod.BASELINE)))
+    baseline = BASELINES / mod.BASELINE
     return BuiltinProblem(
         spec=spec,
         module=mod,
