@@ -1,0 +1,561 @@
+"""Compiler effects: what neuronx-cc does to the as-written program before it runs.
+
+Heuristic, calibrated on the measured byte and flop counters (trainium-perf-model.md §7.4):
+1. CSE / loop-invariant hoisting of loads, broadcast matmuls, user transposes and plain
+   copies whose inputs are unmodified and identical to an earlier instruction's: later
+   readers use the earlier result. Applied per allocation site ("group") only while the
+   copies kept alive longer fit a share of SBUF (and of PSUM).
+2. Liveness of logical blocks (first access .. last access) against the usable SBUF per
+   partition; while the peak exceeds it, the largest tensor live at the peak is
+   rematerialised (clean: a pure copy of an input, re-loaded next to each consuming loop
+   iteration) or spilled (saved to HBM after its producing iteration, reloaded before each
+   later consuming one).
+The result is the program that the dependency builder and the scheduler see.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .. import trace as tr
+from . import boxes
+from .hardware import Hardware
+from .lowering import Access, BlockKey, Op, Program, TensorMeta
+from .params import Params
+
+MAX_OVERFLOW_STEPS = 32   # remat or spill steps at most (bounds the pass)
+CSE_ROUNDS = 4
+# Spilling a site that holds less than this per partition at the peak cannot help: the
+# compiler does not spill (P, 1) vectors. One 2 KiB row is also where DMA efficiency
+# reaches ~0.8 (DMAOV), so rematerialised loads are split by consumed region only down to
+# that size.
+MIN_SPILL_BYTES = 2048
+MIN_BLOCK_BYTES = 512     # nor tiles of a few values per partition (tiny, descriptor-bound DMAs)
+
+
+@dataclass
+class CompilerReport:
+    """What the pass did, for the bottleneck summary and the calibration record."""
+
+    removed_duplicates: int = 0
+    hoisted_sites: int = 0
+    rejected_sites: int = 0
+    rematerialized: list[str] = field(default_factory=list)
+    spilled: list[str] = field(default_factory=list)
+    sbuf_peak_as_written: int = 0
+    sbuf_peak: int = 0
+
+
+def apply(prog: Program, hw: Hardware, params: Params) -> CompilerReport:
+    """Rewrite `prog` in place (ops, tensors, blocks) and report what changed."""
+    report = CompilerReport()
+    _hoist(prog, hw, params, report)
+    _resolve_overflow(prog, hw, report)
+    prog.ops = sorted((op for op in prog.ops if op.kind), key=lambda o: o.pos)
+    return report
+
+
+# ----------------------------------------------------------------------------------- CSE
+
+def _over_budget(extension: dict, feeds: dict, budgets: dict[str, float], disabled: set) -> bool:
+    """Disable the groups that do not fit, smallest extensions first; True if any. A group
+    whose duplicates consumed another group's reused results takes that group with it:
+    without it, its instructions would read (and keep alive) those results instead."""
+    over = False
+    for memory, budget in budgets.items():
+        used = 0.0
+        for group, size in sorted(((g, s[memory]) for g, s in extension.items()
+                                   if g not in disabled), key=lambda gs: gs[1]):
+            if used + size <= budget:
+                used += size
+            else:
+                disabled.add(group)
+                over = True
+    todo = list(disabled)
+    while todo:
+        for upstream in feeds.get(todo.pop(), ()):
+            if upstream not in disabled:
+                disabled.add(upstream)
+                todo.append(upstream)
+    return over
+
+
+def _hoist(prog: Program, hw: Hardware, params: Params, report: CompilerReport) -> None:
+    budgets = {tr.SBUF: params.hoist_budget_fraction * hw.sbuf_usable_bytes_per_partition,
+               tr.PSUM: params.hoist_budget_fraction * hw.psum_bytes_per_partition}
+    if not _may_repeat(prog):
+        return
+    disabled: set = set()
+    ops, reads = list(prog.ops), [op.reads for op in prog.ops]
+    removed, used = 0, set()
+    for _ in range(CSE_ROUNDS):
+        extension, removed, used, feeds = _cse(prog, disabled)
+        if not _over_budget(extension, feeds, budgets, disabled):
+            break
+        # Some reuse does not fit: undo, and redo without the offending groups (unless
+        # that leaves nothing to reuse).
+        prog.ops = list(ops)
+        for op, r in zip(ops, reads):
+            op.reads = r
+        if used <= disabled:
+            removed, used = 0, set()
+            break
+    else:
+        extension, removed, used, _ = _cse(prog, disabled | set(extension))
+    report.rejected_sites = len(disabled)
+    report.removed_duplicates, report.hoisted_sites = removed, len(used)
+
+
+def _may_repeat(prog: Program) -> bool:
+    """Cheap pre-check: can any CSE candidate duplicate another? A duplicate needs an
+    identical earlier instruction on the same inputs, or inputs that are themselves
+    duplicates, so some candidate must repeat an earlier one's reads exactly."""
+    seen: set = set()
+    for op in prog.ops:
+        if op.cse:
+            key = (op.kind, op.N, tuple(op.reads))
+            if key in seen:
+                return True
+            seen.add(key)
+    return False
+
+
+def _cse(prog: Program, disabled: set):
+    """One CSE pass, rewriting prog.ops. Returns (extension, ops removed, groups used,
+    feeds): extension[group][memory] is the peak bytes/partition that reusing the group's
+    earlier results keeps alive beyond their own last use; feeds[group] are the groups whose
+    reused results the group's duplicates read."""
+    site_of = [prog.tensors[t].site for t in prog.block_tensor]
+    # Writes to kernel outputs cannot change what a later instruction reads (outputs are
+    # write-only; inputs are never written): do not track them.
+    untracked = [m == tr.HBM and prog.tensors[t].kind not in ("scratch", "spill")
+                 for m, t in zip(prog.block_memory, prog.block_tensor)]
+    writes_of: dict[BlockKey, dict[boxes.Box, int]] = {}
+    latest: dict[BlockKey, int] = {}
+    tangled: set[BlockKey] = set()   # blocks with overlapping (not nested) written boxes
+    alias: dict[BlockKey, dict[boxes.Box, tuple[BlockKey, tuple[int, ...], object]]] = {}
+    table: dict[tuple, tuple[int, list[Access]]] = {}
+    direct_last: dict[BlockKey, int] = {}
+    alias_last: dict[tuple[BlockKey, object], int] = {}
+    feeds: dict[object, set] = {}
+    kept: list[Op] = []
+    removed, used_groups = 0, set()
+    overlaps, covers = boxes.overlaps, boxes.covers
+
+    def last_write(bk: BlockKey, box: boxes.Box) -> int:
+        d = writes_of.get(bk)
+        if d is None:
+            return -1
+        last = d.get(box, -1)
+        if last >= 0 and (last == latest[bk] or bk not in tangled):
+            return last  # the newest write, or written boxes are disjoint
+        for wbox, seq in d.items():
+            if seq > last and overlaps(wbox, box):
+                last = seq
+        return last
+
+    def record_write(bk: BlockKey, box: boxes.Box, seq: int) -> None:
+        latest[bk] = seq
+        d = writes_of.get(bk)
+        if d is None:
+            writes_of[bk] = {box: seq}
+            return
+        if box not in d:
+            for old in list(d):
+                if overlaps(old, box):
+                    if covers(box, old):
+                        del d[old]   # cannot be the latest write of anything any more
+                    else:
+                        tangled.add(bk)
+        d[box] = seq
+
+    for seq, op in enumerate(prog.ops):
+        reads = op.reads
+        direct = reads
+        uses: list[tuple[BlockKey, object]] = []
+        if alias:
+            resolved: list[Access] = []
+            direct = []
+            for acc in reads:
+                bk, box = acc
+                pieces = alias.get(bk)
+                if not pieces:
+                    resolved.append(acc)
+                    direct.append(acc)
+                    continue
+                hit = pieces.get(box)
+                if hit is not None:
+                    tbk, delta, group = hit
+                    resolved.append((tbk, boxes.shift(box, delta)))
+                    uses.append((tbk, group))
+                    continue
+                covered = 0
+                for pbox, (tbk, delta, group) in pieces.items():
+                    if overlaps(pbox, box):
+                        part = boxes.intersect(pbox, box)
+                        resolved.append((tbk, boxes.shift(part, delta)))
+                        uses.append((tbk, group))
+                        covered += boxes.volume(part)
+                if covered < boxes.volume(box):
+                    resolved.append(acc)
+                    direct.append(acc)
+            reads = resolved
+        if op.cse and op.writes:
+            group = site_of[op.writes[0][0]]
+            if group not in disabled:
+                mm = op.mm
+                key = (op.kind, op.dtype, op.func, op.P, op.N, op.dma_bytes,
+                       (mm.K, mm.M, mm.N, mm.is_transpose, mm.stationary_onezero) if mm else None,
+                       tuple([(bk, box, last_write(bk, box)) for bk, box in reads]),
+                       tuple([boxes.shape(box) for _, box in op.writes]))
+                entry = table.get(key)
+                if entry is not None and all(last_write(bk, box) == entry[0] for bk, box in entry[1]):
+                    for (wbk, wbox), (cbk, cbox) in zip(op.writes, entry[1]):
+                        pieces = alias.get(wbk)
+                        if pieces is None:
+                            pieces = alias[wbk] = {}
+                        elif wbox not in pieces:
+                            for old in [b for b in pieces if covers(wbox, b)]:
+                                del pieces[old]
+                        _add_piece(pieces, wbox, (cbk, boxes.offset(wbox, cbox), group))
+                        record_write(wbk, wbox, seq)
+                    removed += 1
+                    used_groups.add(group)
+                    if uses:
+                        feeds.setdefault(group, set()).update(g for _, g in uses)
+                    continue
+                table[key] = (seq, op.writes)
+        for tbk_group in uses:
+            alias_last[tbk_group] = seq
+        for bk, _ in direct:
+            direct_last[bk] = seq
+        for bk, box in op.writes:
+            if untracked[bk]:
+                continue
+            if alias:
+                pieces = alias.get(bk)
+                if pieces:
+                    for old in [b for b in pieces if b == box or overlaps(b, box)]:
+                        del pieces[old]
+            record_write(bk, box, seq)
+            direct_last[bk] = seq
+        op.reads = reads
+        kept.append(op)
+    prog.ops = kept
+    return _extensions(prog, direct_last, alias_last), removed, used_groups, feeds
+
+
+def _add_piece(pieces: dict, box: boxes.Box, value: tuple) -> None:
+    """Add an alias piece, merged with pieces it extends (same target, same offset, adjacent
+    along one dimension): a tile aliased slice by slice becomes one piece again."""
+    merged = True
+    while merged:
+        merged = False
+        for other, v in pieces.items():
+            if v == value:
+                joined = boxes.join(other, box)
+                if joined is not None:
+                    del pieces[other]
+                    box = joined
+                    merged = True
+                    break
+    pieces[box] = value
+
+
+def _extensions(prog: Program, direct_last: dict, alias_last: dict) -> dict:
+    """Per group and memory: peak bytes/partition of blocks kept alive only by reuse."""
+    events: dict[object, list[tuple[int, int]]] = {}
+    for (tbk, group), end in alias_last.items():
+        memory = prog.block_memory[tbk]
+        start = direct_last.get(tbk, -1)
+        if end <= start or memory == tr.HBM:
+            continue
+        size = prog.block_bytes(tbk)
+        ev = events.setdefault((group, memory), [])
+        ev.append((start + 1, size))
+        ev.append((end + 1, -size))
+    out: dict[object, dict[str, float]] = {}
+    for (group, memory), ev in events.items():
+        ev.sort()
+        cur = peak = 0
+        for _, delta in ev:
+            cur += delta
+            peak = max(peak, cur)
+        out.setdefault(group, {tr.SBUF: 0.0, tr.PSUM: 0.0})[memory] = float(peak)
+    return out
+
+
+# --------------------------------------------------------------- liveness and overflow
+
+Accesses = list[tuple[Op, bool, int]]   # (op, is_write, index in op.reads / op.writes)
+
+
+class _Liveness:
+    """Live intervals (first .. last access position) of SBUF blocks, kept in NumPy arrays
+    so that the peak can be recomputed cheaply after every change."""
+
+    def __init__(self, prog: Program):
+        self.prog = prog
+        mem = prog.block_memory
+        first: dict[BlockKey, int] = {}
+        last: dict[BlockKey, int] = {}
+        for op in prog.ops:
+            p = op.pos
+            for b, _ in op.reads:
+                if mem[b] == tr.SBUF:
+                    last[b] = p
+                    if b not in first:
+                        first[b] = p
+            for b, _ in op.writes:
+                if mem[b] == tr.SBUF:
+                    last[b] = p
+                    if b not in first:
+                        first[b] = p
+        self.keys = list(first)
+        self.index = {b: j for j, b in enumerate(self.keys)}
+        self.starts = [first[b] for b in self.keys]
+        self.ends = [last[b] for b in self.keys]
+        self.sizes = [float(prog.block_bytes(b)) for b in self.keys]
+
+    def set(self, bk: BlockKey, accs: Accesses) -> None:
+        pos = [a[0].pos for a in accs if a[0].kind]
+        j = self.index.get(bk)
+        if j is None:
+            if not pos:
+                return
+            j = self.index[bk] = len(self.keys)
+            self.keys.append(bk)
+            self.starts.append(0)
+            self.ends.append(0)
+            self.sizes.append(float(self.prog.block_bytes(bk)))
+        if pos:
+            self.starts[j], self.ends[j] = min(pos), max(pos)
+        else:
+            self.starts[j], self.ends[j] = 0, -1   # gone: never live
+
+    def peak(self) -> tuple[int, dict[object, list[tuple[int, BlockKey]]]]:
+        """(peak bytes/partition, the blocks live at the peak per allocation site, as
+        (last access, block) pairs)."""
+        if not self.keys:
+            return 0, {}
+        starts = np.array(self.starts, dtype=np.int64)
+        ends = np.array(self.ends, dtype=np.int64)
+        sizes = np.array(self.sizes, dtype=np.float64)
+        valid = ends >= starts
+        length = int(ends.max()) + 2
+        foot = np.cumsum(np.bincount(starts[valid], sizes[valid], length)
+                         - np.bincount(ends[valid] + 1, sizes[valid], length))
+        at = int(np.argmax(foot))
+        live = np.flatnonzero((starts <= at) & (ends >= at))
+        per: dict[object, list[tuple[int, BlockKey]]] = {}
+        tensors, bt = self.prog.tensors, self.prog.block_tensor
+        for j in live.tolist():
+            bk = self.keys[j]
+            per.setdefault(tensors[bt[bk]].site, []).append((int(ends[j]), bk))
+        return int(foot[at]), per
+
+
+def _accesses_of(prog: Program, tids: set[int]) -> dict[BlockKey, Accesses]:
+    bt = prog.block_tensor
+    out: dict[BlockKey, Accesses] = {}
+    for op in prog.ops:
+        if not op.kind:
+            continue
+        for i, (b, _) in enumerate(op.reads):
+            if bt[b] in tids:
+                out.setdefault(b, []).append((op, False, i))
+        for i, (b, _) in enumerate(op.writes):
+            if bt[b] in tids:
+                out.setdefault(b, []).append((op, True, i))
+    for accs in out.values():
+        accs.sort(key=lambda a: a[0].pos)
+    return out
+
+
+def _resolve_overflow(prog: Program, hw: Hardware, report: CompilerReport) -> None:
+    live = _Liveness(prog)
+    capacity = hw.sbuf_usable_bytes_per_partition
+    site_block_bytes: dict[object, int] = {}
+    for m in prog.tensors.values():
+        site_block_bytes[m.site] = max(site_block_bytes.get(m.site, 0), m.block_bytes)
+    done: set[BlockKey] = set()
+    spill_tensor: dict[object, int] = {}
+    site_accesses: dict[object, dict[BlockKey, Accesses]] = {}
+    peak, per = live.peak()
+    report.sbuf_peak_as_written = report.sbuf_peak = peak
+    for _ in range(MAX_OVERFLOW_STEPS):
+        if peak <= capacity:
+            break
+        # Candidates: sites by the bytes of their untouched blocks live at the peak
+        # (copies made by earlier steps have longer keys and are never touched again).
+        open_blocks = {site: [(end, bk) for end, bk in blocks
+                              if bk not in done and len(prog.block_key[bk]) == 2]
+                       for site, blocks in per.items()
+                       if site_block_bytes.get(site, 0) >= MIN_BLOCK_BYTES}
+        sizes = {site: sum(prog.block_bytes(bk) for _, bk in blocks)
+                 for site, blocks in open_blocks.items()}
+        candidates = [s for s in sorted(sizes, key=sizes.__getitem__, reverse=True)
+                      if sizes[s] >= MIN_SPILL_BYTES]
+        if not candidates:
+            break
+        site = candidates[0]
+        tids = {t for t, m in prog.tensors.items() if m.site == site and m.memory == tr.SBUF}
+        blocks = site_accesses.get(site)
+        if blocks is None:  # untouched blocks keep their accesses: computed once per site
+            blocks = site_accesses[site] = _accesses_of(prog, tids)
+        tid = min(tids, key=abs)
+        meta = prog.tensors[tid]
+        name = meta.name or f"t{tid}"
+        if _is_clean(blocks):
+            # Rematerialise the whole tensor (measured: matmul reloads all of its rhs).
+            report.rematerialized.append(name)
+            for bk, accs in blocks.items():
+                done.add(bk)
+                _rematerialize(prog, live, bk, accs)
+        else:
+            # Spill just enough, furthest next use first (measured: bmm_softmax spilled
+            # ~70% of its score tensor, gqa nearly all of it).
+            chosen, freed = [], 0
+            for _, bk in sorted(open_blocks[site], reverse=True):
+                chosen.append(bk)
+                freed += prog.block_bytes(bk)
+                if freed >= peak - capacity:
+                    break
+            if name not in report.spilled:
+                report.spilled.append(name)
+            spill = spill_tensor.get(site)
+            if spill is None:
+                spill = spill_tensor[site] = prog.new_tensor(TensorMeta(
+                    tr.HBM, 0, meta.itemsize, "spill", ("spill", tid), f"spill:{name}"))
+            for bk in chosen:
+                done.add(bk)
+                if bk in blocks:
+                    _spill(prog, live, bk, blocks[bk], spill)
+        peak, per = live.peak()
+        report.sbuf_peak = peak
+
+
+def _divergence(path: tuple, producer: tuple) -> tuple | None:
+    """The consumer's loop path up to the first loop iteration it does not share with the
+    producer; None when the consumer runs in the producer's own iteration context."""
+    c = 0
+    for a, b in zip(path, producer):
+        if a != b:
+            break
+        c += 1
+    if c >= len(path):
+        return None
+    return path[:c + 1]
+
+
+def _is_clean(blocks: dict[BlockKey, Accesses]) -> bool:
+    for accs in blocks.values():
+        writers = [op for op, is_w, _ in accs if is_w]
+        if len(writers) != 1:
+            return False
+        w = writers[0]
+        if w.kind != tr.DMA_LOAD or w.hbm_tensor_kind not in ("input", "constant"):
+            return False
+    return True
+
+
+def _dma(kind: str, src: Access, dst: Access, nbytes: int, run: int, like: Op, pos: int,
+         hbm_kind: str) -> Op:
+    box = src[1] if kind == tr.DMA_SPILL_SAVE else dst[1]
+    return Op(kind, (tr.DMA,), like.dtype, (like.dtype,), box[0][1] - box[0][0], 0, [src], [dst],
+              like.loop_path, like.line, dma_bytes=nbytes, dma_run_bytes=run,
+              hbm_tensor_kind=hbm_kind, pos=pos)
+
+
+def _rematerialize(prog: Program, live: _Liveness, bk: BlockKey, accs: Accesses) -> None:
+    """Re-issue the block's load next to each consuming loop iteration, per region read."""
+    load = next(op for op, is_w, _ in accs if is_w)
+    whole = max(boxes.volume(load.writes[0][1]), 1)
+    item = prog.tensors[prog.block_tensor[bk]].itemsize
+    groups: dict[tuple, list[tuple[Op, int]]] = {}
+    stays: Accesses = []
+    for a in accs:
+        op, is_w, i = a
+        key = None if is_w else _divergence(op.loop_path, load.loop_path)
+        if key is None:
+            stays.append(a)
+        else:
+            box = op.reads[i][1]
+            split = boxes.volume(box[1:]) * item >= MIN_SPILL_BYTES
+            groups.setdefault((key, box if split else None), []).append((op, i))
+    base = prog.block_key[bk]
+    for n, ((_, region), users) in enumerate(groups.items()):
+        box = region or boxes.bounding([op.reads[i][1] for op, i in users])
+        new = prog.block(base + ("remat", n))
+        first = users[0][0]
+        per_partition = boxes.volume(box[1:]) * item
+        clone = _dma(tr.DMA_LOAD, load.reads[0], (new, box),
+                     load.dma_bytes * boxes.volume(box) // whole,
+                     min(load.dma_run_bytes or per_partition, per_partition),
+                     load, first.pos - 2, load.hbm_tensor_kind)
+        clone.loop_path = first.loop_path
+        prog.ops.append(clone)
+        for op, i in users:
+            op.reads[i] = (new, box)
+        live.set(new, [(clone, True, 0)] + [(op, False, i) for op, i in users])
+    if len(stays) == 1:
+        load.kind = ""  # deleted: every reader now has its own load
+        stays = []
+    live.set(bk, stays)
+
+
+def _spill(prog: Program, live: _Liveness, bk: BlockKey, accs: Accesses, spill_tid: int) -> None:
+    """Save the block after producing iterations, reload it before later consuming ones."""
+    first_write = next((op for op, is_w, _ in accs if is_w), None)
+    if first_write is None:
+        return
+    ppath = first_write.loop_path
+    runs: list[Accesses] = []
+    last_key: object = object()
+    for a in accs:
+        key = _divergence(a[0].loop_path, ppath)
+        if not runs or key != last_key:
+            runs.append([])
+            last_key = key
+        runs[-1].append(a)
+    item = prog.tensors[prog.block_tensor[bk]].itemsize
+    base = prog.block_key[bk]
+    hbm = prog.block((spill_tid,) + base[1:])
+    dirty: tuple[BlockKey, list[boxes.Box], Op] | None = None
+    saved: boxes.Box | None = None
+    block_accs: dict[BlockKey, Accesses] = {bk: list(runs[0])}
+    for r, run in enumerate(runs):
+        target = bk if r == 0 else prog.block(base + ("spill", r))
+        read_boxes = [op.reads[i][1] for op, is_w, i in run if not is_w]
+        if r > 0:
+            if read_boxes and dirty is not None:
+                src, wboxes, last = dirty
+                box = boxes.bounding(wboxes)
+                save = _dma(tr.DMA_SPILL_SAVE, (src, box), (hbm, box), boxes.volume(box) * item,
+                            boxes.volume(box[1:]) * item, last, last.pos + 1, "spill")
+                prog.ops.append(save)
+                block_accs[src].append((save, False, 0))
+                saved = box if saved is None else boxes.bounding([saved, box])
+                dirty = None
+            accs_r = block_accs.setdefault(target, [])
+            if read_boxes and saved is not None:
+                box = boxes.bounding(read_boxes)
+                first = run[0][0]
+                reload = _dma(tr.DMA_SPILL_RELOAD, (hbm, box), (target, box),
+                              boxes.volume(box) * item, boxes.volume(box[1:]) * item, first,
+                              first.pos - 2, "spill")
+                reload.loop_path = first.loop_path
+                prog.ops.append(reload)
+                accs_r.append((reload, True, 0))
+            for op, is_w, i in run:
+                lst = op.writes if is_w else op.reads
+                lst[i] = (target, lst[i][1])
+                accs_r.append((op, is_w, i))
+        wboxes = [op.writes[i][1] for op, is_w, i in run if is_w]
+        if wboxes:
+            last = max((op for op, is_w, _ in run if is_w), key=lambda o: o.pos)
+            dirty = (target, wboxes, last)
+    for b, lst in block_accs.items():
+        live.set(b, lst)

@@ -1,0 +1,160 @@
+"""Dependency graph: which earlier ops each op must wait for.
+
+Data edges come from overlapping regions of one block (read after write, write after read,
+write after write). Resource edges model the compiler's physical buffers: instances of an
+allocation site rotate through `n_buf` SBUF slots, PSUM blocks through the 8 banks, so a new
+instance waits until the instance that last used its slot has been read for the last time
+(trainium-perf-model.md §7.4 steps 4-5). Every edge points backwards in program order.
+"""
+
+from __future__ import annotations
+
+from .. import trace as tr
+from . import boxes
+from .hardware import Hardware
+from .lowering import BlockKey, Op, Program
+from .params import Params
+
+
+def build(prog: Program, hw: Hardware, params: Params) -> list[list[int]]:
+    """preds[i] = indices of the ops op i waits for (all smaller than i)."""
+    preds, first, last = _data_edges(prog)
+    for i, extra in _slot_edges(prog, first, last, hw, params).items():
+        preds[i] = sorted(set(preds[i]).union(extra))
+    return preds
+
+
+def _skip(prog: Program) -> list[bool]:
+    """Per block: True when its accesses cannot order anything: HBM tensors other than the
+    kernel's private scratch and spill space (inputs are never written; outputs are
+    assumed write-only)."""
+    tensors = prog.tensors
+    return [m == tr.HBM and tensors[t].kind not in ("scratch", "spill")
+            for m, t in zip(prog.block_memory, prog.block_tensor)]
+
+
+def _data_edges(prog: Program):
+    """Data edges, plus the first and last op index of every on-chip block.
+
+    Per block, the latest writer of every written box and the readers of every read box
+    since; a block whose written boxes are pairwise disjoint ("untangled", the usual case:
+    whole tiles or slices) answers an access to exactly one of its boxes without scanning."""
+    skip = _skip(prog)
+    mem = prog.block_memory
+    writers: dict[BlockKey, dict[boxes.Box, int]] = {}
+    readers: dict[BlockKey, dict[boxes.Box, list[int]]] = {}
+    tangled: set[BlockKey] = set()
+    first: dict[BlockKey, int] = {}
+    last: dict[BlockKey, int] = {}
+    overlaps, covers = boxes.overlaps, boxes.covers
+    preds: list[list[int]] = []
+    HBM = tr.HBM
+    for i, op in enumerate(prog.ops):
+        deps: list[int] = []
+        for bk, box in op.reads:
+            if mem[bk] != HBM:
+                last[bk] = i
+                if bk not in first:
+                    first[bk] = i
+            elif skip[bk]:
+                continue
+            ws = writers.get(bk)
+            if ws:
+                j = ws.get(box)
+                if j is not None and bk not in tangled:
+                    deps.append(j)
+                else:
+                    for wbox, j in ws.items():
+                        if wbox == box or overlaps(wbox, box):
+                            deps.append(j)
+            rs = readers.get(bk)
+            if rs is None:
+                readers[bk] = {box: [i]}
+            else:
+                lst = rs.get(box)
+                if lst is None:
+                    rs[box] = [i]
+                else:
+                    lst.append(i)
+        for bk, box in op.writes:
+            if mem[bk] != HBM:
+                last[bk] = i
+                if bk not in first:
+                    first[bk] = i
+            elif skip[bk]:
+                continue
+            ws = writers.get(bk)
+            if ws is None:
+                writers[bk] = {box: i}
+            else:
+                j = ws.get(box)
+                if j is not None and bk not in tangled:
+                    deps.append(j)
+                else:
+                    for wbox, j in list(ws.items()):
+                        if wbox == box or overlaps(wbox, box):
+                            deps.append(j)
+                            if covers(box, wbox):
+                                del ws[wbox]
+                            else:
+                                tangled.add(bk)
+                ws[box] = i
+            rs = readers.get(bk)
+            if rs:
+                for rbox, js in list(rs.items()):
+                    if rbox == box or overlaps(rbox, box):
+                        deps.extend(j for j in js if j != i)
+                        if covers(box, rbox):
+                            if i in js:
+                                rs[rbox] = [i]
+                            else:
+                                del rs[rbox]
+        if len(deps) > 1:
+            deps = sorted(set(deps))
+        if deps and deps[-1] == i:
+            deps.pop()
+        preds.append(deps)
+    return preds, first, last
+
+
+def _innermost_kind(op: Op, loops: dict[int, tr.Loop]) -> str:
+    if not op.loop_path:
+        return ""
+    loop = loops.get(op.loop_path[-1][0])
+    return loop.kind if loop else ""
+
+
+def _slot_edges(prog: Program, first: dict[BlockKey, int], last: dict[BlockKey, int],
+                hw: Hardware, params: Params) -> dict[int, list[int]]:
+    ops, tensors, loops = prog.ops, prog.tensors, prog.loops
+    mem = prog.block_memory
+    sites: dict[object, list[BlockKey]] = {}
+    for bk in first:
+        if mem[bk] == tr.PSUM:
+            site: object = tr.PSUM  # one pool: the banks
+        else:
+            key = prog.block_key[bk]
+            site = tensors[key[0]].site
+            if len(key) > 2:
+                if key[2] == "remat":
+                    # A rematerialised load refills storage the tensor already owns (its
+                    # footprint was checked against SBUF): no new buffer constraint.
+                    continue
+                site = (site, key[2])  # spill reloads: buffers of their own
+        sites.setdefault(site, []).append(bk)
+    share = params.buffer_share * hw.sbuf_usable_bytes_per_partition
+    extra: dict[int, list[int]] = {}
+    for site, instances in sites.items():
+        instances.sort(key=first.__getitem__)
+        if site == tr.PSUM:
+            slots = hw.psum_banks
+        else:
+            size = max(prog.block_bytes(instances[0]), 1)
+            slots = int(min(max(share // size, 1), params.max_buffers))
+            if _innermost_kind(ops[first[instances[0]]], loops) in ("sequential", "range"):
+                slots = params.sequential_buffers
+        for k in range(slots, len(instances)):
+            start, prev_end = first[instances[k]], last[instances[k - slots]]
+            if prev_end < start:
+                extra.setdefault(start, []).append(prev_end)
+    return extra

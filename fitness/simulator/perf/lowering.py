@@ -1,0 +1,213 @@
+"""Lowering: the emulator's trace -> the ops the rest of the model works on.
+
+The emulator already records high-level calls in their hardware form (trainium-perf-model.md
+§7.3): `nl.matmul(x, y)` as a TensorE transpose of x (matmul with the identity, whose 64 KiB
+load it emits once), a PSUM->SBUF copy and the matmul; a partition broadcast as K=1
+ones-stationary matmuls into PSUM plus copies, per 512 columns. What happens here:
+* every access is split into a *block* (one logical tile of an on-chip tensor: tensor id +
+  block indices; or a whole HBM tensor) and a box inside it, which is what liveness, CSE and
+  dependencies reason on; blocks are interned as ints for speed;
+* each instruction gets its candidate engines and whether the compiler may CSE/hoist it:
+  loads, broadcasts, user transposes and plain copies may; the transposes and copies
+  expanded from `nl.matmul` may not (measured: add_rmsnorm_matmul keeps one transpose per
+  `nl.matmul` call, while its broadcast was hoisted out of the row loop).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+
+from .. import trace as tr
+
+Box = tuple[tuple[int, int], ...]
+BlockKey = int              # interned (tensor id, block index[, tags]): see Program.block
+Access = tuple[BlockKey, Box]
+
+# Instructions the compiler expands `nl.matmul` into (transpose of x, PSUM copy): the
+# measured profiles keep one transpose per call, so they are not CSE candidates.
+COMPILER_EXPANDED = frozenset({"nl.matmul"})
+CSE_KINDS = frozenset({tr.DMA_LOAD, tr.MM_TRANSPOSE, tr.MM_BCAST, tr.COPY})
+DMA_KINDS = frozenset({tr.DMA_LOAD, tr.DMA_STORE, tr.DMA_SPILL_SAVE, tr.DMA_SPILL_RELOAD})
+MM_KINDS = frozenset({tr.MM, tr.MM_TRANSPOSE, tr.MM_BCAST})
+
+
+@dataclass(slots=True)
+class TensorMeta:
+    """What the model needs to know about a tensor (trace tensors and synthetic ones)."""
+
+    memory: str           # hbm / sbuf / psum
+    block_bytes: int      # bytes per partition of one block (on-chip); whole size for HBM
+    itemsize: int
+    kind: str             # input / output / scratch / constant / synthetic
+    site: object          # allocation site: instances of one site share physical slots
+    name: str = ""
+
+
+@dataclass(slots=True)
+class Op:
+    """One hardware-level instruction after lowering (and, later, after compiler effects)."""
+
+    kind: str
+    engines: tuple[str, ...]
+    dtype: str
+    in_dtypes: tuple[str, ...]
+    P: int
+    N: int
+    reads: list[Access]
+    writes: list[Access]
+    loop_path: tuple[tuple[int, int], ...]
+    line: int
+    func: str = ""
+    mm: tr.MatmulInfo | None = None
+    dma_bytes: int = 0
+    dma_run_bytes: int = 0
+    psum_inputs: int = 0
+    strided: bool = False
+    cse: bool = False          # eligible for CSE / loop-invariant hoisting
+    psum_out: bool = False     # writes PSUM
+    hbm_tensor_kind: str = ""  # DMA: kind of the HBM tensor it reads or writes
+    pos: int = 0               # sort key of program order (original position x 4)
+    origin: int = -1           # trace instruction id (-1: inserted by the model)
+
+
+@dataclass
+class Program:
+    """The lowered kernel: ops in program order, the tensor table and the block table.
+
+    Blocks (one logical tile of an on-chip tensor, or a whole HBM tensor) are interned as
+    ints: `block_key[b]` is (tensor id, block index[, tags]), `block_tensor[b]` its tensor
+    and `block_memory[b]` where it lives."""
+
+    ops: list[Op]
+    tensors: dict[int, TensorMeta]
+    loops: dict[int, tr.Loop] = field(default_factory=dict)
+    next_tensor_id: int = -1
+    block_key: list[tuple] = field(default_factory=list)
+    block_tensor: list[int] = field(default_factory=list)
+    block_memory: list[str] = field(default_factory=list)
+    _ids: dict[tuple, int] = field(default_factory=dict)
+
+    def new_tensor(self, meta: TensorMeta) -> int:
+        tid = self.next_tensor_id
+        self.next_tensor_id -= 1
+        self.tensors[tid] = meta
+        return tid
+
+    def block(self, key: tuple) -> BlockKey:
+        b = self._ids.get(key)
+        if b is None:
+            b = self._ids[key] = len(self.block_key)
+            self.block_key.append(key)
+            self.block_tensor.append(key[0])
+            self.block_memory.append(self.tensors[key[0]].memory)
+        return b
+
+    def block_bytes(self, b: BlockKey) -> int:
+        return self.tensors[self.block_tensor[b]].block_bytes
+
+
+def _site(info: tr.TensorInfo) -> object:
+    # Tiles created afresh in every loop iteration are instances of one allocation site: the
+    # statement that creates them. Block-dim tensors are one site whose blocks are instances.
+    if info.partition_axis is not None and info.partition_axis == 0 and info.line > 0:
+        return ("line", info.line, info.name, info.memory, info.shape)
+    return ("tensor", info.id)
+
+
+def _meta(info: tr.TensorInfo) -> TensorMeta:
+    if info.memory == tr.HBM or info.partition_axis is None:
+        size = math.prod(info.shape) * info.itemsize
+    else:
+        size = math.prod(info.shape[info.partition_axis + 1:]) * info.itemsize
+    return TensorMeta(info.memory, size, info.itemsize, info.kind, _site(info), info.name)
+
+
+def accesses(prog: Program, region: tr.Region, info: tr.TensorInfo) -> list[Access]:
+    """Split a region into (block, box inside the block) pieces."""
+    pa = info.partition_axis
+    box = region.box
+    if not pa or info.memory == tr.HBM:
+        return [(prog.block((region.tensor, ())), box)]
+    outer = box[:pa]
+    unit = True
+    for a, b in outer:
+        if b - a != 1:
+            unit = False
+            break
+    if unit:
+        return [(prog.block((region.tensor, tuple([a for a, _ in outer]))), box[pa:])]
+    inner = box[pa:]
+    blocks = itertools.product(*(range(a, b) for a, b in outer))
+    return [(prog.block((region.tensor, blk)), inner) for blk in blocks]
+
+
+def lower(trace: tr.Trace) -> Program:
+    """Build the lowered program from an emulator trace (the trace is not modified)."""
+    tensors = {tid: _meta(info) for tid, info in trace.tensors.items()}
+    prog = Program([], tensors, dict(trace.loops))
+    infos = trace.tensors
+    ops = prog.ops
+    # Fast path of `accesses` for the common case (block dims indexed by integers).
+    split = {tid: (info.partition_axis or 0) if info.memory != tr.HBM else 0
+             for tid, info in infos.items()}
+    ids = prog._ids
+
+    def acc(regions: tuple[tr.Region, ...]) -> list[Access]:
+        out: list[Access] = []
+        for r in regions:
+            pa = split[r.tensor]
+            box = r.box
+            if pa == 0:
+                key = (r.tensor, ())
+            else:
+                outer = box[:pa]
+                blk = tuple([a for a, _ in outer])
+                if sum([b for _, b in outer]) - sum(blk) != pa:   # some block dim not a scalar
+                    out.extend(accesses(prog, r, infos[r.tensor]))
+                    continue
+                key = (r.tensor, blk)
+                box = box[pa:]
+            b = ids.get(key)
+            out.append((b if b is not None else prog.block(key), box))
+        return out
+
+    for ins in trace.instrs:
+        ops.append(_op(prog, ins, acc(ins.reads), acc(ins.writes), infos))
+    for i, op in enumerate(ops):
+        op.pos = 4 * i
+    return prog
+
+
+def _engines(ins: tr.Instr) -> tuple[str, ...]:
+    if ins.kind in DMA_KINDS:
+        return (tr.DMA,)
+    if ins.kind in MM_KINDS:
+        return (tr.TENSOR,)
+    if ins.kind == tr.ACT:
+        return (tr.SCALAR,)
+    if ins.kind == tr.GPSIMD:
+        return (tr.GPSIMD_ENGINE,)
+    return tuple(ins.engines) or (tr.VECTOR,)
+
+
+def _op(prog: Program, ins: tr.Instr, reads: list[Access], writes: list[Access],
+        infos: dict[int, tr.TensorInfo]) -> Op:
+    op = Op(ins.kind, _engines(ins), ins.dtype, tuple(ins.in_dtypes), ins.partitions, ins.free,
+            reads, writes, ins.loop_path, ins.line, ins.func, ins.mm, psum_inputs=ins.psum_inputs,
+            strided=ins.strided, cse=ins.kind in CSE_KINDS and ins.op not in COMPILER_EXPANDED,
+            origin=ins.id)
+    if ins.dma is not None:
+        op.dma_bytes = ins.dma.bytes
+        op.dma_run_bytes = ins.dma.run_bytes
+        op.P = ins.dma.partitions or ins.partitions
+        hbm = [r for r in (ins.reads + ins.writes) if infos[r.tensor].memory == tr.HBM]
+        op.hbm_tensor_kind = infos[hbm[0].tensor].kind if hbm else ""
+    if ins.kind == tr.COPY and ins.func not in ("", "copy"):
+        op.cse = False  # only plain copies are provably identical
+    mem = prog.block_memory
+    for b, _ in writes:
+        if mem[b] == tr.PSUM:
+            op.psum_out = True
+    return op

@@ -1,0 +1,109 @@
+"""The compiler-effects pass: CSE/hoisting under an SBUF budget, spills and remat."""
+
+from __future__ import annotations
+
+from fitness.simulator import trace as tr
+from fitness.simulator.perf import hardware
+from fitness.simulator.perf.model import counters, prepare
+from fitness.simulator.perf.params import DOCUMENTED
+
+from .builder import P, TraceBuilder
+
+HW = hardware("trn1")
+
+
+def _reused_weights(rows: int, tiles: int, cols: int = 512) -> tr.Trace:
+    """For each of `rows` row blocks, load the same `tiles` weight tiles (128 x cols fp32)
+    again and multiply them into a row tile: the loads are invariant in the row loop."""
+    b = TraceBuilder()
+    w = b.hbm((tiles, P, cols), name="w")
+    x = b.hbm((rows, P, cols), name="x")
+    out = b.hbm((rows, tiles, P, cols), kind="output")
+    for r in b.loop(rows, line=1):
+        xt = b.tile((P, cols), line=2)
+        b.dma(tr.DMA_LOAD, tr.Region(x, ((r, r + 1), (0, P), (0, cols))), b.full(xt), P)
+        for k in b.loop(tiles, line=3):
+            wt = b.tile((P, cols), line=4)
+            b.dma(tr.DMA_LOAD, tr.Region(w, ((k, k + 1), (0, P), (0, cols))), b.full(wt), P)
+            y = b.tile((P, cols), line=5)
+            b.compute(tr.TT, (b.full(xt), b.full(wt)), b.full(y), func="multiply")
+            b.dma(tr.DMA_STORE, b.full(y), tr.Region(out, ((r, r + 1), (k, k + 1), (0, P), (0, cols))), P)
+    return b.trace
+
+
+def test_loop_invariant_loads_are_hoisted_when_they_fit():
+    prep = prepare(_reused_weights(rows=8, tiles=16), HW, DOCUMENTED)   # 16 x 2 KiB kept
+    c = counters(prep.ops)
+    assert c["hbm_read_bytes"] == (16 + 8) * P * 512 * 4
+    assert prep.report.removed_duplicates == 7 * 16
+
+
+def test_loop_invariant_loads_stay_when_keeping_them_overflows():
+    prep = prepare(_reused_weights(rows=4, tiles=100), HW, DOCUMENTED)  # 100 x 2 KiB > budget
+    c = counters(prep.ops)
+    assert c["hbm_read_bytes"] == (4 * 100 + 4) * P * 512 * 4
+    assert prep.report.removed_duplicates == 0
+
+
+def test_hoisting_budget_is_a_parameter():
+    trace = _reused_weights(rows=4, tiles=40)                           # 80 KiB kept
+    small = counters(prepare(trace, HW, DOCUMENTED.replace(hoist_budget_fraction=0.25)).ops)
+    large = counters(prepare(trace, HW, DOCUMENTED.replace(hoist_budget_fraction=1.0)).ops)
+    assert small["hbm_read_bytes"] > large["hbm_read_bytes"]
+
+
+def _matmul_transposes(compiler_inserted: bool) -> tr.Trace:
+    """Two identical transposes of one loaded tile, as nl.matmul's expansion or as user
+    nc_matmul(is_transpose=True) calls."""
+    b = TraceBuilder()
+    src = b.hbm((P, P))
+    ident_hbm = b.hbm((P, P), kind="constant")
+    x, ident = b.tile((P, P), line=1), b.tile((P, P), line=2)
+    b.dma(tr.DMA_LOAD, b.full(src), b.full(x), P)
+    b.dma(tr.DMA_LOAD, b.full(ident_hbm), b.full(ident), P)
+    op = "nl.matmul" if compiler_inserted else "nisa.nc_matmul"
+    for i in b.loop(2, line=3):
+        ps = b.tile((P, P), memory=tr.PSUM, line=4)
+        b.matmul(b.full(x), b.full(ident), b.full(ps), transpose=True, op=op)
+    return b.trace
+
+
+def test_only_user_transposes_are_deduplicated():
+    user = counters(prepare(_matmul_transposes(False), HW, DOCUMENTED).ops)
+    inserted = counters(prepare(_matmul_transposes(True), HW, DOCUMENTED).ops)
+    one = 2 * 2 * P * P * P
+    assert user["transpose_flops"] == one
+    assert inserted["transpose_flops"] == 2 * one
+
+
+def _long_lived(n_tiles: int) -> tr.Trace:
+    """Compute n (128, 512) tiles in one loop and consume them all in a second one."""
+    b = TraceBuilder()
+    src = b.hbm((n_tiles, P, 512))
+    out = b.hbm((n_tiles, P, 512), kind="output")
+    keep = b.tile((n_tiles, P, 512), pa=1, line=1)
+    for i in b.loop(n_tiles, line=2):
+        raw = b.tile((P, 512), line=3)
+        b.dma(tr.DMA_LOAD, tr.Region(src, ((i, i + 1), (0, P), (0, 512))), b.full(raw), P)
+        b.compute(tr.ACT, (b.full(raw),), tr.Region(keep, ((i, i + 1), (0, P), (0, 512))), func="exp")
+    for i in b.loop(n_tiles, line=4):
+        res = b.tile((P, 512), line=5)
+        b.compute(tr.TS, (tr.Region(keep, ((i, i + 1), (0, P), (0, 512))),), b.full(res), func="multiply")
+        b.dma(tr.DMA_STORE, b.full(res), tr.Region(out, ((i, i + 1), (0, P), (0, 512))), P)
+    return b.trace
+
+
+def test_spill_moves_only_what_does_not_fit():
+    n = 200                                   # 400 KiB/partition live, 176 KiB usable
+    prep = prepare(_long_lived(n), HW, DOCUMENTED)
+    c = counters(prep.ops)
+    tile = P * 512 * 4
+    spilled = c["spill_save_bytes"] // tile
+    assert c["spill_save_bytes"] == c["spill_reload_bytes"] == spilled * tile
+    assert 0.4 * n < spilled < n              # part of the tensor, not all of it
+    assert prep.report.sbuf_peak <= HW.sbuf_usable_bytes_per_partition + 2048
+    # Every reload waits for its save: the dependency runs through the HBM spill area.
+    saves = {i for i, op in enumerate(prep.ops) if op.kind == tr.DMA_SPILL_SAVE}
+    for i, op in enumerate(prep.ops):
+        if op.kind == tr.DMA_SPILL_RELOAD:
+            assert saves & set(prep.preds[i])

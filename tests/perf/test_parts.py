@@ -1,0 +1,112 @@
+"""Unit tests of the model's pieces: timelines, DMA efficiency, costs, model-check helpers."""
+
+from __future__ import annotations
+
+import pytest
+
+from fitness.simulator import trace as tr
+from fitness.simulator.perf import check, hardware
+from fitness.simulator.perf.costs import DmaEfficiency, duration_ns
+from fitness.simulator.perf.lowering import Op
+from fitness.simulator.perf.params import DOCUMENTED
+from fitness.simulator.perf.schedule import Timeline, union_length
+
+HW = hardware("trn1")
+
+
+def test_timeline_fill_shares_gaps_and_earliest_finds_a_window():
+    tl = Timeline()
+    assert tl.fill(0.0, 10.0) == 10.0
+    tl.reserve(20.0, 10.0)                     # busy [0,10) and [20,30)
+    assert tl.fill(5.0, 15.0) == 35.0          # 10 ns in [10,20), 5 ns after 30
+    assert tl.starts == [0.0] and tl.ends == [35.0]
+    tl2 = Timeline()
+    tl2.reserve(0.0, 10.0)
+    tl2.reserve(15.0, 10.0)
+    assert tl2.earliest(0.0, 5.0) == 10.0
+    assert tl2.earliest(0.0, 6.0) == 25.0
+    assert union_length([tl, tl2]) == 35.0
+
+
+def test_dma_efficiency_follows_the_documented_curve():
+    eff = DmaEfficiency(HW.dma_efficiency)
+    assert eff(32 * 1024) == pytest.approx(1.0)
+    assert eff(2048) == pytest.approx(0.81)
+    assert eff(1448) == pytest.approx((0.42 + 0.81) / 2, rel=0.01)   # halfway in log2
+    assert eff(4) == pytest.approx(0.01 / 8)                          # per-descriptor rate
+    assert eff(512) / eff(4096) < 0.25
+
+
+def _op(kind: str, n: int, engines=(tr.VECTOR,), psum: int = 0, dtype="float32",
+        mm: tr.MatmulInfo | None = None) -> Op:
+    return Op(kind, engines, dtype, (dtype, dtype), 128, n, [], [], (), 0, mm=mm, psum_inputs=psum)
+
+
+def test_documented_instruction_costs():
+    p = DOCUMENTED
+    # tensor_tensor [128,512] SBUF+SBUF: 2N + 64 cycles at 1.12 GHz; one PSUM input: N + 64.
+    assert duration_ns(_op(tr.TT, 512), tr.VECTOR, HW, p) == pytest.approx(1088 / 1.12)
+    assert duration_ns(_op(tr.TT, 512, psum=1), tr.VECTOR, HW, p) == pytest.approx(576 / 1.12)
+    # Small instructions pay the minimum initiation interval.
+    assert duration_ns(_op(tr.TS, 1), tr.VECTOR, HW, p) == pytest.approx(128 / 1.12)
+    # activation [128,512] on ScalarE: N + 64 cycles at 1.4 GHz.
+    assert duration_ns(_op(tr.ACT, 512, (tr.SCALAR,)), tr.SCALAR, HW, p) == pytest.approx(576 / 1.4)
+    # 128x128x512 matmul: 512 cycles at 2.8 GHz in bf16, 4x in fp32.
+    mm = tr.MatmulInfo(K=128, M=128, N=512, accumulate=False)
+    bf16 = duration_ns(_op(tr.MM, 512, (tr.TENSOR,), dtype="bfloat16", mm=mm), tr.TENSOR, HW, p)
+    fp32 = duration_ns(_op(tr.MM, 512, (tr.TENSOR,), mm=mm), tr.TENSOR, HW, p)
+    assert bf16 == pytest.approx(512 / 2.8) and fp32 == pytest.approx(4 * bf16)
+    # N_moving below 64 costs as 64.
+    small = tr.MatmulInfo(K=128, M=128, N=16, accumulate=False)
+    assert duration_ns(_op(tr.MM, 16, (tr.TENSOR,), dtype="bfloat16", mm=small), tr.TENSOR, HW, p) \
+        == pytest.approx(64 / 2.8)
+
+
+def test_trn2_vector_engine_is_wider_for_fp32():
+    trn2 = hardware("trn2")
+    op = _op(tr.TT, 4096)
+    t1 = duration_ns(op, tr.VECTOR, HW, DOCUMENTED)
+    t2 = duration_ns(op, tr.VECTOR, trn2, DOCUMENTED)
+    assert t2 < t1
+
+
+def test_bottleneck_agreement_rule():
+    measured = {"scalar_engine_active_time_percent": 0.3, "vector_engine_active_time_percent": 0.7,
+                "gpsimd_engine_active_time_percent": 0.01}
+    assert check.agrees("V", measured)
+    assert not check.agrees("S", measured)
+    assert not check.agrees("T", measured)     # VectorE was busy 70%: it bounds the kernel
+    quiet = {"scalar_engine_active_time_percent": 0.07, "vector_engine_active_time_percent": 0.0}
+    assert check.agrees("DMA", quiet) and check.agrees("T", quiet)
+
+
+def test_spearman_rank_correlation():
+    assert check.spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert check.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert check.spearman([1, 2, 3], [1, 1, 2]) == pytest.approx(0.866, abs=1e-3)
+
+
+def _row(name: str, measured: float, predicted: float, held: bool = True) -> dict:
+    counters = {k: {"measured": 1, "predicted": 1} for k in check.COUNTERS}
+    counters["scalar_engine_active_time_percent"] = {"measured": 0.1, "predicted": 0.2}
+    counters["vector_engine_active_time_percent"] = {"measured": 0.5, "predicted": 0.4}
+    return {"name": name, "problem": name, "measured_ms": measured, "predicted_ms": predicted,
+            "rel_error": predicted / measured - 1, "bottleneck": "T", "bottleneck_agrees": True,
+            "held_out": held, "counters": counters, "summary": ""}
+
+
+def test_summary_and_table():
+    rows = [_row("a", 1.0, 1.1), _row("b", 2.0, 1.8), _row("c", 4.0, 4.0)]
+    s = check.summarize(rows, "trn1", True)
+    assert s["figures"] == "leave-one-out"
+    assert s["median_abs_rel_error"] == pytest.approx(0.1)
+    assert s["max_abs_rel_error"] == pytest.approx(0.1)
+    assert s["spearman"] == pytest.approx(1.0)
+    rows[0]["held_out"] = False
+    assert check.summarize(rows, "trn1", True)["figures"] == "in-sample"
+    table = check.format_model_check({"cases": rows, "summary": s})
+    assert "leave-one-out" in table and "Spearman 1.000" in table and table.count("\n") >= 5
+
+
+def test_fold_parameters_require_the_calibrated_data():
+    assert check.fold_params("silu_M4096_N7168", "not-the-fingerprint", DOCUMENTED) is None
