@@ -6,7 +6,13 @@ full-data emulation, then time the NumPy reference `forward` and compare (L2 rel
 in float64). Prints one row per kernel and the totals.
 
     python benchmarks/emulator.py [--suite-dir ../shared/nkibench] [--kernels silu mamba ...]
-                                  [--json results.json]
+                                  [--json results.json] [--shape-only] [--repeat N]
+
+`--shape-only` skips the full-data emulation and the reference (tracing speed only);
+`--repeat N` traces N times in the kernel's process and reports the fastest. Every row
+carries a digest of the shape-only trace (all records, tensors and loops), so that a change
+meant to leave traces alone (an optimisation) can be checked against the rows of a run
+before it.
 
 Targets (issue #3): emulation <= 10x the reference forward per kernel, all 14 within
 5 minutes, shape-only tracing <= 2 s for the largest kernel, peak memory <= 8 GB.
@@ -15,6 +21,7 @@ Targets (issue #3): emulation <= 10x the reference forward per kernel, all 14 wi
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib.util
 import json
 import resource
@@ -52,7 +59,17 @@ def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def measure_one(suite: Path, name: str) -> dict:
+def trace_digest(trace) -> str:
+    """SHA-256 of a trace's records, tensors and loops (their reprs), in order."""
+    h = hashlib.sha256()
+    for ins in trace.instrs:
+        h.update(repr(ins).encode())
+    h.update(repr(trace.tensors).encode())
+    h.update(repr(trace.loops).encode())
+    return h.hexdigest()
+
+
+def measure_one(suite: Path, name: str, shape_only: bool = False, repeat: int = 1) -> dict:
     """All measurements of one kernel, in this process."""
     sys.path.insert(0, str(REPO))
     from fitness.simulator import ShapeDtype, run_kernel
@@ -65,12 +82,20 @@ def measure_one(suite: Path, name: str) -> dict:
     rss_inputs = _rss_mb()
 
     shapes = [ShapeDtype(a.shape, a.dtype) if isinstance(a, np.ndarray) else a for a in kin]
-    t0 = time.perf_counter()
-    c0 = time.process_time()
-    shape_run = run_kernel(src, shapes, filename=str(kernel_path), shape_only=True)
-    shape_s, shape_cpu = time.perf_counter() - t0, time.process_time() - c0
+    shape_s = shape_cpu = float("inf")
+    for _ in range(max(1, repeat)):
+        t0 = time.perf_counter()
+        c0 = time.process_time()
+        shape_run = run_kernel(src, shapes, filename=str(kernel_path), shape_only=True)
+        shape_s = min(shape_s, time.perf_counter() - t0)
+        shape_cpu = min(shape_cpu, time.process_time() - c0)
     n_instrs = len(shape_run.trace.instrs)
+    digest = trace_digest(shape_run.trace)
     del shape_run
+    row = {"kernel": name, "instructions": n_instrs, "shape_only_s": shape_s, "shape_only_cpu_s": shape_cpu,
+           "trace_sha256": digest}
+    if shape_only:
+        return row
 
     t0 = time.perf_counter()
     c0 = time.process_time()
@@ -84,9 +109,9 @@ def measure_one(suite: Path, name: str) -> dict:
     outs = ref.transform_nki_outputs(run.outputs, expected)
     refs = expected if isinstance(expected, tuple) else (expected,)
     err = max(_rel_l2(o, r) for o, r in zip(outs, refs))
-    return {"kernel": name, "instructions": n_instrs, "shape_only_s": shape_s, "shape_only_cpu_s": shape_cpu,
-            "emulation_s": emu_s, "emulation_cpu_s": emu_cpu, "reference_s": ref_s, "ratio": emu_s / ref_s,
-            "rel_l2": err, "peak_rss_mb": rss_emu, "rss_after_inputs_mb": rss_inputs}
+    row.update({"emulation_s": emu_s, "emulation_cpu_s": emu_cpu, "reference_s": ref_s, "ratio": emu_s / ref_s,
+                "rel_l2": err, "peak_rss_mb": rss_emu, "rss_after_inputs_mb": rss_inputs})
+    return row
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,30 +119,43 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--suite-dir", type=Path, default=DEFAULT_SUITE)
     p.add_argument("--kernels", nargs="*", default=None)
     p.add_argument("--json", type=Path, default=None, help="write the rows to this file")
+    p.add_argument("--shape-only", action="store_true", help="time shape-only tracing only")
+    p.add_argument("--repeat", type=int, default=1, help="trace N times per kernel, report the fastest")
     p.add_argument("--one", default=None, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.one:
-        print(json.dumps(measure_one(a.suite_dir, a.one)))
+        print(json.dumps(measure_one(a.suite_dir, a.one, a.shape_only, a.repeat)))
         return 0
     if not (a.suite_dir / "summary.json").is_file():
         print(f"no NKIBench folder at {a.suite_dir}", file=sys.stderr)
         return 2
     names = a.kernels or list(json.loads((a.suite_dir / "summary.json").read_text()))
     rows = []
-    header = (f"{'kernel':24s} {'instrs':>7s} {'shape s':>8s} {'emul s':>8s} {'ref s':>7s} {'ratio':>6s} "
-              f"{'peak MB':>8s} {'rel L2':>9s}")
+    if a.shape_only:
+        header = f"{'kernel':24s} {'instrs':>7s} {'shape s':>8s} {'cpu s':>8s}  trace sha256"
+    else:
+        header = (f"{'kernel':24s} {'instrs':>7s} {'shape s':>8s} {'emul s':>8s} {'ref s':>7s} {'ratio':>6s} "
+                  f"{'peak MB':>8s} {'rel L2':>9s}  trace sha256")
     print(header, flush=True)
+    extra = (["--shape-only"] if a.shape_only else []) + ["--repeat", str(a.repeat)]
     for name in names:
-        proc = subprocess.run([sys.executable, __file__, "--suite-dir", str(a.suite_dir), "--one", name],
+        proc = subprocess.run([sys.executable, __file__, "--suite-dir", str(a.suite_dir), "--one", name, *extra],
                               capture_output=True, text=True)
         if proc.returncode != 0:
             print(f"{name:24s} FAILED\n{proc.stderr[-2000:]}", flush=True)
             continue
         r = json.loads(proc.stdout.strip().splitlines()[-1])
         rows.append(r)
-        print(f"{name:24s} {r['instructions']:7d} {r['shape_only_s']:8.2f} {r['emulation_s']:8.2f} "
-              f"{r['reference_s']:7.2f} {r['ratio']:6.2f} {r['peak_rss_mb']:8.0f} {r['rel_l2']:9.2e}", flush=True)
-    if rows:
+        if a.shape_only:
+            print(f"{name:24s} {r['instructions']:7d} {r['shape_only_s']:8.2f} {r['shape_only_cpu_s']:8.2f}  "
+                  f"{r['trace_sha256'][:16]}", flush=True)
+        else:
+            print(f"{name:24s} {r['instructions']:7d} {r['shape_only_s']:8.2f} {r['emulation_s']:8.2f} "
+                  f"{r['reference_s']:7.2f} {r['ratio']:6.2f} {r['peak_rss_mb']:8.0f} {r['rel_l2']:9.2e}  "
+                  f"{r['trace_sha256'][:16]}", flush=True)
+    if rows and a.shape_only:
+        print(f"max shape-only {max(r['shape_only_s'] for r in rows):.2f} s")
+    elif rows:
         print(f"total emulation {sum(r['emulation_s'] for r in rows):.1f} s, reference "
               f"{sum(r['reference_s'] for r in rows):.1f} s, max shape-only {max(r['shape_only_s'] for r in rows):.2f} s, "
               f"max ratio {max(r['ratio'] for r in rows):.2f}, max peak {max(r['peak_rss_mb'] for r in rows):.0f} MB")

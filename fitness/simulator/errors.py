@@ -14,18 +14,18 @@ from __future__ import annotations
 import os
 import sys
 
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
 def is_emulator_file(filename: str) -> bool:
     """True for source files of this package (frames to skip when locating kernel lines)."""
-    return filename.startswith(_PACKAGE_DIR)
+    return filename.startswith(PACKAGE_DIR)
 
 
 def kernel_frame(depth: int = 1):
     """The innermost caller frame outside the emulator package (the kernel code), or None."""
     frame = sys._getframe(depth)
-    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+    while frame is not None and frame.f_code.co_filename.startswith(PACKAGE_DIR):
         frame = frame.f_back
     return frame
 
@@ -35,7 +35,28 @@ def kernel_location(depth: int = 1) -> tuple[str, int]:
     frame = kernel_frame(depth + 1)
     if frame is None:
         return "<unknown>", 0
-    return frame.f_code.co_filename, frame.f_lineno
+    return frame.f_code.co_filename, frame_line(frame)
+
+
+# Line of (code object, instruction offset). `frame.f_lineno` scans the code's line table
+# from its start, which is slow for the long generated kernels; a kernel's call sites are
+# few and revisited in every loop iteration. Keyed by the code object's id (hashing a code
+# object hashes its contents) and holding the code object, so that the id stays its own;
+# bounded, since it keeps code objects alive.
+LINES: dict[tuple[int, int], tuple[object, int]] = {}
+LINES_MAX = 50_000
+
+
+def frame_line(frame) -> int:
+    """`frame.f_lineno`, cached by code object and instruction offset."""
+    code = frame.f_code
+    key = (id(code), frame.f_lasti)
+    hit = LINES.get(key)
+    if hit is None:
+        if len(LINES) >= LINES_MAX:
+            LINES.clear()
+        hit = LINES[key] = (code, frame.f_lineno)
+    return hit[1]
 
 
 class NkiError(Exception):

@@ -221,13 +221,26 @@ class IndexExpr:
         raise errors.IndexNotSupportedError("true division of an index expression does not give integer indices; use //")
 
     def __getitem__(self, key):
+        cache = self.k
+        if cache is not None and type(key) is tuple and len(key) == 2:
+            # the common nl.arange(n)[:, None] / [None, :], answered from the cache
+            a, b = key
+            if b is None:
+                if type(a) is slice and a == _FULL:
+                    r = cache.get(_SIG_P)
+                    if r is not None:
+                        return r
+            elif a is None and type(b) is slice and b == _FULL:
+                r = cache.get(_SIG_F)
+                if r is not None:
+                    return r
         if type(key) is not tuple:
             key = (key,)
         if len(key) == 2:   # the common [:, None] / [None, :]
             a, b = key
-            if b is None and a == _FULL:
+            if b is None and type(a) is slice and a.start is None and a.stop is None and a.step is None:
                 sig = _SIG_P
-            elif a is None and b == _FULL:
+            elif a is None and type(b) is slice and b.start is None and b.stop is None and b.step is None:
                 sig = _SIG_F
             else:
                 sig = _key_signature(key)
@@ -452,12 +465,18 @@ def _general_binary(a, b, fn) -> IndexArray:
 # --- constructors ---------------------------------------------------------------------------
 
 _ARANGE_CACHE: dict[tuple[int, int], IndexExpr] = {}
+_ARANGE_STOP: dict[int, IndexExpr] = {}   # nl.arange(n) by n
 
 
 def arange(start, stop=None) -> IndexExpr:
     """`nl.arange(stop)` / `nl.arange(start, stop)`: a 1-D expression of consecutive integers."""
-    if stop is None:
-        start, stop = 0, start
+    if stop is None:   # nl.arange(n), the common form
+        e = _ARANGE_STOP.get(start)
+        if e is None:
+            e = arange(0, start)
+            if type(start) is int:
+                _ARANGE_STOP[start] = e
+        return e
     e = _ARANGE_CACHE.get((start, stop))
     if e is None:
         if not (is_int(start) and is_int(stop)):

@@ -9,6 +9,7 @@ assigned region, no copy instruction); any other first use keeps the anonymous t
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -19,7 +20,7 @@ from . import subscript as S
 from . import tensor as T
 from .indexing import Box, broadcast_shapes, check_mask, mask_array, mask_box
 from .runtime import Machine, machine
-from .tensor import Buffer, Fresh, NkiTensor
+from .tensor import Fresh, NkiTensor
 from .trace import (
     COPY,
     DMA_LOAD,
@@ -46,8 +47,15 @@ MATMUL_KINDS = (MM, MM_TRANSPOSE, MM_BCAST)
 
 
 def where() -> int:
-    """Kernel source line of the NKI call being executed."""
-    return errors.kernel_location(1)[1]
+    """Kernel source line of the NKI call being executed (called by the emulator's API
+    functions, so the search for the kernel frame starts at their caller)."""
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_code.co_filename.startswith(errors.PACKAGE_DIR):
+        frame = frame.f_back
+    if frame is None:
+        return 0
+    hit = errors.LINES.get((id(frame.f_code), frame.f_lasti))   # (errors.frame_line, inlined)
+    return errors.frame_line(frame) if hit is None else hit[1]
 
 
 # --- operands ------------------------------------------------------------------------------------
@@ -58,6 +66,7 @@ def touch(f: Fresh) -> None:
     if f.state == Fresh.RETARGETED:
         for ins, _, _, reg in f.writers:
             ins.writes = ins.writes + (reg,)
+        machine().fresh[f.meta[0]] = f   # it needs its tensor record again
     f.state = Fresh.USED
 
 
@@ -201,11 +210,11 @@ def new_result(shape: tuple[int, ...], dtype: np.dtype, memory: str, kind: str, 
     m = machine()
     if len(shape) < 2:
         shape = tuple(shape) + (1,) * (2 - len(shape))
-    b = Buffer.anon(m, memory, shape, dtype, line)
-    f = Fresh(kind, (b.id, "", memory, shape, b.dtname, b.itemsize, 0, "scratch", b.tpath, line))
-    b.fresh = f
-    m.fresh.append(f)
-    return T.whole(b)
+    v = T.anon_tile(m, memory, shape, dtype, line)
+    b = v._b
+    f = b.fresh = Fresh(kind, (b.id, "", memory, shape, b.dtname, b.itemsize, 0, "scratch", b.tpath, line))
+    m.fresh[b.id] = f
+    return v
 
 
 def record(m: Machine, kind: str, op: str, engines, out: NkiTensor, out_view: NkiTensor, box, where_,
@@ -215,11 +224,9 @@ def record(m: Machine, kind: str, op: str, engines, out: NkiTensor, out_view: Nk
     shape = out_view._shape
     p = shape[0] if partitions is None else partitions
     if free is None:
-        f = 1
+        free = 1
         for n in shape[1:]:
-            f *= n
-    else:
-        f = free
+            free *= n
     psum = 0
     strided = False
     in_dtypes = []
@@ -228,17 +235,18 @@ def record(m: Machine, kind: str, op: str, engines, out: NkiTensor, out_view: Nk
     for v in reads:
         b = v._b
         in_dtypes.append(b.dtname)
-        regs.append(region(v))
+        regs.append(v._reg or region(v))
         mem = b.memory
-        if mem == PSUM:
-            psum += 1
-        if mem != HBM and not strided:
-            strided = T.minor_stride_bytes(v) > 16
-    if not strided and out_view._b.memory != HBM:
-        strided = T.minor_stride_bytes(out_view) > 16
-    oreg = region(out_view)
-    ins = m.emit(kind, op, engines, out._b.dtname, tuple(in_dtypes), p, f, tuple(regs),
-                 (oreg,) + tuple(extra_writes), line, func, mm, dma, psum, strided)
+        if mem != HBM:
+            if mem == PSUM:
+                psum += 1
+            if not strided:
+                ms = v._ms   # (the minor stride in elements, once known)
+                strided = (T.minor_stride_bytes(v) if ms is None else ms * b.itemsize) > 16
+    # (the output, a fresh row-major tile, has a unit minor stride)
+    oreg = out_view._reg or region(out_view)
+    ins = m.emit(kind, op, engines, out._b.dtname, tuple(in_dtypes), p, free, tuple(regs),
+                 (oreg, *extra_writes) if extra_writes else (oreg,), line, func, mm, dma, psum, strided)
     fr = out._b.fresh
     if fr is not None and fr.state == Fresh.NEW:
         fr.writers.append((ins, 0, box, oreg))
@@ -254,13 +262,16 @@ def compute(api: str, kind: str, engines, func: str, operands: Sequence[tuple[st
     """Run an element-wise-shaped instruction: tile operands broadcast to `out_shape`, the mask
     over `out_shape`, `fn(*arrays)` on fp32 arrays (scalars passed through) gives the result."""
     m = machine()
-    out_shape = tuple(out_shape)
-    box, wh = active(mask, out_shape)
+    if type(out_shape) is not tuple:
+        out_shape = tuple(out_shape)
+    box, wh = (None, None) if mask is None else active(mask, out_shape)
     views = []
     tiles = []
     for name, x in operands:
         if isinstance(x, NkiTensor):
-            v = use(tile(x, name, api, memories), box, out_shape, wh)
+            v = tile(x, name, api, memories)
+            if box is not None or v._checks:
+                v = use(v, box, out_shape, wh)
             views.append(v)
             tiles.append(v)
         else:
@@ -379,33 +390,42 @@ def _dst_memory_rule(dst: NkiTensor, kind: str, what: str) -> None:
 
 
 def retarget(m: Machine, dst: NkiTensor, src: NkiTensor, f: Fresh) -> None:
-    """`dst[...] = fresh_result`: the producing instruction(s) write `dst` instead."""
+    """`dst[...] = fresh_result`: the producing instruction(s) write `dst` instead, only where
+    their mask is true (so the masked-out part of `dst` may lie outside the tensor)."""
     db = dst._b
     mem = db.memory
     kind = f.kind
     if mem == HBM or (mem != PSUM and kind in MATMUL_KINDS) or (kind == DMA_LOAD and mem != SBUF):
         _dst_memory_rule(dst, kind, f.writers[-1][0].op if f.writers else "the instruction")
-    same = dst._shape == src._shape
+    dshape = dst._shape
+    same = dshape == src._shape
+    box, wh = f.box, f.where
     if not same:
         _check_assign_shape(dst, src._shape, f"the result of {f.writers[-1][0].op}")
-    if dst._checks:
-        T.check_bounds(dst)
-    strided = mem != HBM and T.minor_stride_bytes(dst) > 16
+        if box is not None:
+            box = _broadcast_box(box, src._shape, dshape)
+        if wh is not None:
+            wh = np.broadcast_to(wh, dshape)
+    # the active part of the destination, bounds-checked under the instruction's mask
+    dv = dst if box is None and not dst._checks else use(dst, box, dshape, wh)
+    ms = dst._ms
+    strided = mem != HBM and (T.minor_stride_bytes(dst) if ms is None else ms * db.itemsize) > 16
     full = None
-    for ins, idx, box, _ in f.writers:
-        if box is not None and same:
-            reg = T.region(T.restrict(dst, box, dst._shape))
+    for ins, idx, wbox, _ in f.writers:
+        if wbox is not None:
+            if not same:
+                wbox = _broadcast_box(wbox, src._shape, dshape)
+            reg = T.region(T.restrict(dst, wbox, dshape))
         else:
             if full is None:
                 full = T.region(dst)
             reg = full
         writes = ins.writes
-        ins.writes = (reg,) + writes[1:] if idx == 0 else writes[:idx] + (reg,) + writes[idx + 1:]
+        ins.writes = (reg,) if len(writes) == 1 else writes[:idx] + (reg,) + writes[idx + 1:]
         if strided:
             ins.strided = True
     f.state = Fresh.RETARGETED
-    box = f.box if same else None
-    dv = dst if box is None else T.restrict(dst, box, dst._shape)
+    del m.fresh[f.meta[0]]   # no tensor record: the anonymous tile never appears in the trace
     if box is None:
         reg = full if full is not None else T.region(dst)
     else:
@@ -414,12 +434,22 @@ def retarget(m: Machine, dst: NkiTensor, src: NkiTensor, f: Fresh) -> None:
     if not m.shape_only and 0 not in dv._shape:
         sb = src._b
         arr = sb.blocks.get(())
-        if (box is None and f.where is None and same and arr is not None and arr.dtype == db.dtype
+        if (box is None and wh is None and same and arr is not None and arr.dtype == db.dtype
                 and T.covers_block(dst)):
             T.share_block(sb, (), db, dst._key)   # move the result instead of copying it
             return
-        sv = src if box is None else T.restrict(src, box, src._shape)
-        T.write(dv, T.array(sv), f.where if same else None)
+        sv = src if box is None else T.restrict(src, box, dshape)
+        T.write(dv, T.array(sv), wh)
+
+
+def _broadcast_box(box: Box, src_shape: tuple[int, ...], dst_shape: tuple[int, ...]) -> Box:
+    """An active box over a result's shape, seen on the larger destination the result is
+    broadcast into (right-aligned; a broadcast axis is active whole unless empty)."""
+    off = len(dst_shape) - len(src_shape)
+    out = [(0, n) for n in dst_shape[:off]]
+    for (lo, hi), s, n in zip(box, src_shape, dst_shape[off:]):
+        out.append((0, n) if s == 1 and hi > lo else (lo, hi))
+    return tuple(out)
 
 
 def copy_into(m: Machine, dst: NkiTensor, value: NkiTensor, line: int, api: str = "assignment") -> None:
@@ -464,18 +494,18 @@ def augmented(dst: NkiTensor, value, op: str) -> NkiTensor:
     instruction. Accumulations are exempt from the affine_range write rule."""
     m = machine()
     _check_dst(dst, "augmented assignment")
+    if isinstance(value, NkiTensor):
+        f = value._b.fresh
+        if (f is not None and f.state == Fresh.NEW and value._whole and (f.kind == MM or f.kind == MM_TRANSPOSE)
+                and op == "add" and dst._b.memory == PSUM):
+            _accumulate_matmul(m, dst, value, f)   # bounds-checked under the matmul's mask
+            dst._acc = True
+            return dst
     if dst._checks:
         T.check_bounds(dst)
     if dst._b.memory == HBM:
         raise errors.UnsupportedMemoryError(
             "augmented assignment (+=) into an HBM tensor is not supported; accumulate on chip and nl.store")
-    if isinstance(value, NkiTensor):
-        f = value._b.fresh
-        if (f is not None and f.state == Fresh.NEW and value._whole and f.kind in (MM, MM_TRANSPOSE)
-                and op == "add" and dst._b.memory == PSUM):
-            _accumulate_matmul(m, dst, value, f)
-            dst._acc = True
-            return dst
     line = where()
     if isinstance(value, NkiTensor):
         src = tile(value, "value", "+=")
@@ -512,15 +542,16 @@ def _accumulate_matmul(m: Machine, dst: NkiTensor, src: NkiTensor, f: Fresh) -> 
             f"matmul accumulation into '{dst._b.label}' {list(dst._shape)} needs the result shape "
             f"{list(src._shape)}")
     box = f.box
-    dv = dst if box is None else T.restrict(dst, box, dst._shape)
+    dv = dst if box is None and not dst._checks else use(dst, box, dst._shape, f.where)
     reg = T.region(dv)
     for ins, idx, _, _ in f.writers:
         writes = ins.writes
-        ins.writes = writes[:idx] + (reg,) + writes[idx + 1:]
+        ins.writes = (reg,) if len(writes) == 1 else writes[:idx] + (reg,) + writes[idx + 1:]
         mm = ins.mm
         if mm is not None:
-            ins.mm = MatmulInfo(mm.K, mm.M, mm.N, True, mm.stationary_onezero, mm.moving_onezero, mm.is_transpose)
+            ins.mm = _accumulating(mm)
     f.state = Fresh.RETARGETED
+    del m.fresh[f.meta[0]]
     if not m.shape_only and 0 not in dv._shape:
         sv = src if box is None else T.restrict(src, box, src._shape)
         res = T.array(sv)
@@ -536,6 +567,22 @@ def _accumulate_matmul(m: Machine, dst: NkiTensor, src: NkiTensor, f: Fresh) -> 
             np.add(cur, res, out=cur, casting="unsafe")
         else:
             T.write(dv, T.array(dv) + res, f.where)
+
+
+# id(MatmulInfo) -> (that MatmulInfo, its accumulating twin). Keyed by id: hashing the
+# dataclass runs its Python __hash__; the entry keeps the key object alive, so the id stays its own.
+_ACC_INFOS: dict[int, tuple[MatmulInfo, MatmulInfo]] = {}
+
+
+def _accumulating(mm: MatmulInfo) -> MatmulInfo:
+    """`mm` with `accumulate` set (MatmulInfo is immutable: one object per distinct value)."""
+    hit = _ACC_INFOS.get(id(mm))
+    if hit is None:
+        if len(_ACC_INFOS) > 10_000:
+            _ACC_INFOS.clear()
+        hit = _ACC_INFOS[id(mm)] = (mm, MatmulInfo(mm.K, mm.M, mm.N, True, mm.stationary_onezero,
+                                                   mm.moving_onezero, mm.is_transpose))
+    return hit[1]
 
 
 # --- loop_reduce ---------------------------------------------------------------------------------------
@@ -556,22 +603,27 @@ class PendingLoopReduce:
         x = self.x
         shape = dst._shape
         _check_assign_shape(dst, x._shape, "nl.loop_reduce's input")
-        box, wh = active(self.mask, shape)
-        dv = use(dst, box, shape, wh)
-        xv = use(x, box, shape, wh)
-        first = all(li == li.loop.start for li in self.loops)
-        exempt = frozenset(li.loop.uid for li in self.loops)
-        m.note_write(dst._b, T.region(dv).box, exempt, view=dst)
+        box, wh = (None, None) if self.mask is None else active(self.mask, shape)
+        dv = dst if box is None and not dst._checks else use(dst, box, shape, wh)
+        xv = x if box is None and not x._checks else use(x, box, shape, wh)
+        first = True
+        exempt = set()
+        for li in self.loops:
+            loop = li.loop
+            first = first and li == loop.start
+            exempt.add(loop.uid)
+        dreg = T.region(dv)
+        m.note_write(dst._b, dreg.box, exempt, view=dst)
         if not m.shape_only and 0 not in dv._shape:
             from . import ops
             xa = fp32(xv)
             out = xa if first else ops.ALU[self.op](fp32(dv), xa)
             T.write(dv, out, wh)
-        reads = (dv, xv)
-        psum = sum(1 for r in reads if r._b.memory == PSUM)
+        db, xb = dst._b, x._b
+        psum = (db.memory == PSUM) + (xb.memory == PSUM)
         s = dv._shape
-        m.emit(TT, "nl.loop_reduce", (VECTOR,), dst._b.dtname, (dst._b.dtname, x._b.dtname), s[0],
-               T.prod(s[1:]), (T.region(dv), T.region(xv)), (T.region(dv),), line, self.op, None, None, psum,
+        m.emit(TT, "nl.loop_reduce", (VECTOR,), db.dtname, (db.dtname, xb.dtname), s[0], T.prod(s[1:]),
+               (dreg, T.region(xv)), (dreg,), line, self.op, None, None, psum,
                T.minor_stride_bytes(xv) > 16 or T.minor_stride_bytes(dv) > 16)
 
     def _misuse(self, *a, **k):
@@ -613,3 +665,8 @@ def immutable_check(dst: NkiTensor) -> None:
             f"nt.mutable_tensor (write results to an nl.shared_hbm tensor you return)")
     if b.kind == "constant":
         raise errors.ImmutableParameterError(f"Cannot update constant tensor '{b.label}' (nl.shared_constant)")
+
+
+# `t[key] = value` calls `setitem` directly (NkiTensor's own method reaches it through a
+# late import: one call more on every assignment)
+NkiTensor.__setitem__ = setitem

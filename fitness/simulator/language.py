@@ -272,18 +272,19 @@ def store(dst, value, mask=None, **kwargs) -> None:
         vshape = value._shape
         if dst._shape != vshape:
             dst = S.squeeze_to(dst, vshape)    # e.g. out[i] of shape (1, P, F) for a (P, F) tile
-        I._check_assign_shape(dst, vshape, f"the stored tile '{value._b.label}'")
+            I._check_assign_shape(dst, vshape, f"the stored tile '{value._b.label}'")
     elif not I.is_scalar(value):
         raise errors.OperandTypeError(f"operand 'value' of 'store' must be an SBUF tile or a scalar, got "
                                       f"{type(value).__name__}")
     shape = dst._shape
-    box, wh = I.active(mask, shape)
-    dv = I.use(dst, box, shape, wh)
+    box, wh = (None, None) if mask is None else I.active(mask, shape)
+    dv = dst if box is None and not dst._checks else I.use(dst, box, shape, wh)
     reads = []
     if isinstance(value, NkiTensor):
-        vv = I.use(value, box, shape, wh)
+        vv = value if box is None and not value._checks else I.use(value, box, shape, wh)
         reads.append(vv)
-    m.note_write(dst._b, T.region(dv).box, view=dst)
+    dreg = T.region(dv)
+    m.note_write(dst._b, dreg.box, view=dst)
     if not m.shape_only and 0 not in dv._shape:
         T.write(dv, T.array(reads[0]) if reads else np.asarray(value), wh)
     if 0 not in dv._shape:
@@ -292,7 +293,7 @@ def store(dst, value, mask=None, **kwargs) -> None:
     p = reads[0]._shape[0] if reads else dv._shape[0]
     dma = I.dma_info(dv, n * dst._b.itemsize, p)
     m.emit(DMA_STORE, "nl.store", (DMA,), dst._b.dtname, tuple(r._b.dtname for r in reads), p,
-           n // p if p else 0, tuple(T.region(r) for r in reads), (T.region(dv),), line, "", None, dma, 0, False)
+           n // p if p else 0, tuple(T.region(r) for r in reads), (dreg,), line, "", None, dma, 0, False)
 
 
 def copy(src, mask=None, dtype=None, **kwargs) -> NkiTensor:
@@ -482,22 +483,37 @@ def _axes(axis, ndim: int, api: str) -> tuple[int, ...]:
     return tuple(sorted(set(axes)))
 
 
+_REDUCED: dict[tuple, tuple] = {}
+
+
+def _reduced(shape: tuple[int, ...], axis, keepdims: bool, api: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(reduced axes, result shape) of a free-axis reduction of a `shape` tile (cached:
+    kernels repeat the same reductions)."""
+    akey = axis if axis is None or is_int(axis) else tuple(axis)
+    key = (shape, akey, bool(keepdims))
+    hit = _REDUCED.get(key)
+    if hit is None:
+        axes = _axes(axis, len(shape), api)
+        if keepdims:
+            out_shape = tuple(1 if k in axes else n for k, n in enumerate(shape))
+        else:
+            out_shape = tuple(n for k, n in enumerate(shape) if k not in axes)
+            if len(out_shape) < 2:
+                out_shape = out_shape + (1,) * (2 - len(out_shape))
+        hit = _REDUCED[key] = (axes, out_shape)
+    return hit
+
+
 def reduce(api: str, op: str, x, axis, dtype, mask, keepdims: bool, line: int, negate: bool = False,
            kind: str = RED) -> NkiTensor:
     """Free-axis reduction (VectorE). The result keeps at least two dimensions."""
     m = machine()
     x = I.tile(x, "data", api)
     shape = x._shape
-    axes = _axes(axis, len(shape), api)
-    if keepdims:
-        out_shape = tuple(1 if k in axes else n for k, n in enumerate(shape))
-    else:
-        out_shape = tuple(n for k, n in enumerate(shape) if k not in axes)
-        if len(out_shape) < 2:
-            out_shape = out_shape + (1,) * (2 - len(out_shape))
+    axes, out_shape = _reduced(shape, axis, keepdims, api)
     dt = I.normalize_dtype(dtype) if dtype is not None else x._b.dtype
-    box, wh = I.active(mask, shape)
-    xv = I.use(x, box, shape, wh)
+    box, wh = (None, None) if mask is None else I.active(mask, shape)
+    xv = x if box is None and not x._checks else I.use(x, box, shape, wh)
     res = I.new_result(out_shape, dt, SBUF, kind, line)
     obox = None
     if box is not None:

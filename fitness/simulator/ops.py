@@ -156,7 +156,7 @@ def _lookup(table: dict, op) -> str | None:
 
 def alu_name(op, api: str = "", param: str = "op") -> str:
     """Canonical ALU operator name of `op` (nl function, NumPy function or name string)."""
-    name = getattr(op, "nki_alu", None) or _lookup(_NUMPY_ALU, op)
+    name = _lookup(_NUMPY_ALU, op) or getattr(op, "nki_alu", None)
     if name is None and isinstance(op, str):
         name = _ALU_ALIASES.get(op, op if op in ALU else None)
     if name is None:
@@ -168,7 +168,7 @@ def alu_name(op, api: str = "", param: str = "op") -> str:
 
 def activation_name(op, api: str = "nisa.activation") -> str:
     """Canonical activation function name of `op`."""
-    name = getattr(op, "nki_act", None) or _lookup(_NUMPY_ACT, op)
+    name = _lookup(_NUMPY_ACT, op) or getattr(op, "nki_act", None)
     if name is None and isinstance(op, str) and op in ACTIVATION:
         name = op
     if name is None:

@@ -187,9 +187,21 @@ def _execute(fn: Callable, args: Sequence, kwargs: dict, *, shape_only: bool, pl
                      for i, a in enumerate(args)]
         annotations = dict(params)
         call_kwargs = {k: _wrap(m, v, (k, annotations.get(k))) for k, v in kwargs.items()}
-        ret = fn(*call_args, **call_kwargs)
+        try:
+            ret = fn(*call_args, **call_kwargs)
+        except AttributeError as e:
+            clearer = T.unknown_attribute(e)
+            if clearer is None:
+                raise
+            raise clearer from e
         m.finish()
         outputs = _collect(m, fn, ret)
+        if gc_was_enabled:
+            # What the run leaves alive is mostly the trace, which is long-lived: move it to
+            # the oldest generation in one step (freeze + unfreeze) rather than have the
+            # first young collection after the run scan all of it.
+            gc.freeze()
+            gc.unfreeze()
     finally:
         activate(prev)
         if gc_was_enabled:

@@ -45,7 +45,7 @@ class LoopFrame:
     """One execution of a loop statement (a loop instance) on the loop stack."""
 
     __slots__ = ("uid", "id", "kind", "start", "stop", "step", "value", "depth",
-                 "path_prefix", "scope_prefix", "writes")
+                 "path_prefix", "scope_prefix", "writes", "index")
 
     def __init__(self, uid: int, loop_id: int, kind: str, r: range, depth: int,
                  path_prefix: Path, scope_prefix: Path):
@@ -57,8 +57,10 @@ class LoopFrame:
         self.depth = depth
         self.path_prefix = path_prefix
         self.scope_prefix = scope_prefix
-        # affine loops: tensor id -> {iteration: [bounding box, [boxes...]]}
-        self.writes: dict[int, dict[int, list]] = {}
+        # affine loops, per written tensor block: (iteration, box) while a single write is known,
+        # then {iteration: [bounding box, [boxes...]]}
+        self.writes: dict = {}
+        self.index: LoopIndex | None = None   # the current iteration's loop variable
 
 
 class LoopIndex(int):
@@ -101,7 +103,9 @@ class Machine:
         self.identity = None             # SBUF identity tile for nl.matmul transposes
         self.outputs: list[Any] = []
         self.params: list[Any] = []
-        self.fresh: list[Any] = []       # tensor.Fresh of every instruction result
+        # tensor.Fresh of the instruction results that need a tensor record (all but those
+        # assigned straight into a destination), by tensor id
+        self.fresh: dict[int, Any] = {}
         self.declared_bytes = 0          # logical bytes of tensors declared at kernel level
         self.declared_budget: int | None = None
 
@@ -138,6 +142,9 @@ class Machine:
         i = len(self.instrs)
         if self.plan is not None and self._released_upto < i:
             self._release(i)
+        # the engine and dtype tuples repeat: the trace keeps one object per value
+        engines = _TUPLES.setdefault(engines, engines)
+        in_dtypes = _TUPLES.setdefault(in_dtypes, in_dtypes)
         ins = Instr(i, kind, op, engines, dtype, in_dtypes, partitions, free, reads, writes,
                     self.path, line, func, mm, dma, psum_inputs, strided)
         self.instrs.append(ins)
@@ -159,9 +166,8 @@ class Machine:
         if self.plan is not None:
             self._release(len(self.instrs) + 1)
         tensors = self.trace.tensors
-        for f in self.fresh:
-            if f.state != 2:   # Fresh.RETARGETED
-                tensors[f.meta[0]] = TensorInfo(*f.meta)
+        for f in self.fresh.values():
+            tensors[f.meta[0]] = TensorInfo(*f.meta)
         ordered = sorted(tensors.items())
         tensors.clear()
         tensors.update(ordered)
@@ -187,7 +193,7 @@ class Machine:
                 frame.value = v
                 self.path = frame.path_prefix + ((loop_id, v),)
                 self.scope = frame.scope_prefix + ((frame.uid, v),)
-                idx = LoopIndex(v)
+                idx = frame.index = LoopIndex(v)
                 idx.loop = frame
                 yield idx
         finally:
@@ -208,32 +214,33 @@ class Machine:
         stack = self.stack
         if depth >= len(stack):
             return
-        pinned = None
+        # ids of the destination's index values: a loop whose current variable is one of them
+        # is pinned (the loop variable itself, not merely an equal value)
+        pinned: set | tuple = ()
         if view is not None:
             par = view._srcpar
             if par is not None and par._whole:
                 k = view._srckey
-                if type(k) is tuple:
-                    pinned = {i.loop.uid for i in k if type(i) is LoopIndex}
-                elif type(k) is LoopIndex:
-                    pinned = {k.loop.uid}
-        nb = buf.nb
-        key = (buf.id, box[:nb]) if nb else buf.id
-        local = box[nb:] if nb else box
+                pinned = set(map(id, k)) if type(k) is tuple else (id(k),)
+        key = None
         for frame in stack[depth:]:
-            if frame.kind != "affine":
+            if frame.kind != "affine" or id(frame.index) in pinned or (exempt and frame.uid in exempt):
                 continue
-            uid = frame.uid
-            if (pinned and uid in pinned) or (exempt and uid in exempt):
-                continue
+            if key is None:
+                nb = buf.nb
+                key = (buf.id, box[:nb]) if nb else buf.id
+                local = box[nb:] if nb else box
             writes = frame.writes
             v = frame.value
-            per_iter = writes.get(key)
-            if per_iter is None:
-                writes[key] = {v: [local, [local]]}
+            seen = writes.get(key)
+            if seen is None:
+                writes[key] = (v, local)   # the common case: one write per block and iteration
                 continue
-            if len(per_iter) > 1 or v not in per_iter:
-                for it, (bb, boxes) in per_iter.items():
+            if type(seen) is tuple:
+                it, other = seen
+                seen = writes[key] = {it: [other, [other]]}
+            if len(seen) > 1 or v not in seen:
+                for it, (bb, boxes) in seen.items():
                     if it == v or not _overlap(bb, local):
                         continue
                     for other in boxes:
@@ -244,12 +251,16 @@ class Machine:
                                 f"{self.trace.loops[frame.id].line} both write {_fmt_box(full)} of tensor "
                                 f"'{buf.label}' (shape {list(buf.shape)}); index the destination with the loop "
                                 f"variable, or use nl.sequential_range")
-            entry = per_iter.get(v)
+            entry = seen.get(v)
             if entry is None:
-                per_iter[v] = [local, [local]]
+                seen[v] = [local, [local]]
             else:
                 entry[0] = _union(entry[0], local)
                 entry[1].append(local)
+
+
+# Engine and dtype tuples of the trace records, one object per value (traces hold many).
+_TUPLES: dict[tuple[str, ...], tuple[str, ...]] = {}
 
 
 def _overlap(a, b) -> bool:

@@ -11,6 +11,8 @@ indices, which change only the constants.
 
 from __future__ import annotations
 
+from operator import attrgetter, lt
+
 import numpy as np
 
 from . import errors
@@ -23,8 +25,11 @@ from .tensor import (
     _general_view,
     _index_arrays,
     _make,
+    _minor_stride,
+    block_box,
     c_strides,
     identity_coef,
+    new_region,
     prod,
     whole,
 )
@@ -51,18 +56,14 @@ def subscript(v: NkiTensor, key) -> NkiTensor:
     f = b.fresh
     if f is not None and f.state != Fresh.USED:
         _fresh_touch(b)
-    okey = key
-    if type(key) is not tuple:
-        key = (key,)
-    t = _fast_subscript(v, b, key) if v._whole else None
+    t = None
+    if v._whole:
+        t = _fast_subscript(v, b, key if type(key) is tuple else (key,))
     if t is None:
-        t = _subscript_slow(v, b, key)
-    t._srckey = okey   # lets `t[k] += x` recognise its own target in __setitem__
+        t = _subscript_slow(v, b, key if type(key) is tuple else (key,))
+    t._srckey = key   # lets `t[k] += x` recognise its own target in __setitem__
     t._srcpar = v
     return t
-
-
-NkiTensor.__getitem__ = subscript
 
 
 def _subscript_slow(v: NkiTensor, b: Buffer, key: tuple) -> NkiTensor:
@@ -100,7 +101,9 @@ def _subscript_slow(v: NkiTensor, b: Buffer, key: tuple) -> NkiTensor:
 # Subscript plans: the structure (tile shape, per-dim coefficients, strides, index ranges)
 # of `whole_tensor[key]` depends only on the tensor's layout and on which index positions
 # hold integers or which affine structures; only the constants change between loop
-# iterations. Plans are built once by the general path and reused.
+# iterations. Plans are built once by the general path and reused. What the constants and
+# block indices determine (offset, ranges, bounds checks, the trace Region) is cached too,
+# per tensor: kernels revisit the same tiles (a write, then its reads).
 
 
 def _fast_subscript(v: NkiTensor, b: Buffer, key: tuple) -> NkiTensor | None:
@@ -113,65 +116,91 @@ def _fast_subscript(v: NkiTensor, b: Buffer, key: tuple) -> NkiTensor | None:
     if level is None:
         level = b.plans[kinds] = ([j for j, k in enumerate(key) if type(k) is IndexExpr], {})
     expr_pos, by_struct = level
-    skey = tuple([key[j].s for j in expr_pos])
+    if len(expr_pos) == 2:   # the common (partition, free) pair of expressions
+        skey = (key[expr_pos[0]].s, key[expr_pos[1]].s)
+    else:
+        skey = tuple([key[j].s for j in expr_pos])
     plan = by_struct.get(skey)
     if plan is None:
         plan = by_struct[skey] = _build_plan(v, b, key)
     if plan is False:
         return None
-    new_shape, a, st, lohi, src, nrem = plan
-    if nrem:
-        shp = b.shape
-        for i in range(nrem):
-            k = key[i]
-            if k < 0 or k >= shp[nfix + i]:
-                return None   # the general path wraps negative indices or raises
-        blk = v._key + tuple(map(int, key[:nrem]))
-    else:
-        blk = v._key
-    local = b.local
-    lstr = b.lstr
-    off = 0
-    cs = []
-    rng = []
-    checks = None
-    d = 0
-    for j, is_expr in src:
-        if j < 0:
-            c = 0
-        elif is_expr:
-            c = key[j].c
+    new_shape, a, st, src, expr_src, nrem, geometries, _lohi, ms = plan
+    # the constants of the local dims; everything else follows from them and the plan
+    if expr_src is not None:
+        if len(expr_src) == 2:
+            cs = (key[expr_src[0]].c, key[expr_src[1]].c)
         else:
-            c = int(key[j])
+            cs = tuple(map(_CONST, map(key.__getitem__, expr_src)))
+    elif len(src) == 2:   # e.g. t[..., nl.arange(128)[:, None], 0]
+        (j0, e0), (j1, e1) = src
+        cs = (0 if j0 < 0 else (key[j0].c if e0 else int(key[j0])),
+              0 if j1 < 0 else (key[j1].c if e1 else int(key[j1])))
+    else:
+        cl = []
+        for j, e in src:
+            cl.append(0 if j < 0 else (key[j].c if e else int(key[j])))
+        cs = tuple(cl)
+    # Views seen before, by plan, block indices and constants. The block indices are looked
+    # up as given (loop indices are ints, equal and hashing alike); the entry holds them as
+    # plain ints, checked once.
+    blk = key[:nrem] if nrem else ()
+    if nfix:
+        blk = v._key + blk
+    views = b.views
+    if views is None:
+        views = b.views = {}
+    vkey = (id(geometries), blk, cs)   # (the plan lives as long as the process)
+    seen = views.get(vkey)
+    if seen is None:
+        blk = tuple(map(int, blk))
+        if nrem and (min(blk) < 0 or not all(map(lt, blk, b.shape))):
+            return None   # the general path wraps negative indices or raises
+        geo = geometries.get(cs)
+        if geo is None:
+            geo = geometries[cs] = _geometry(plan, b, cs)
+        off, rng, checks = geo
+        # the Region of an in-bounds view, shared by every instruction that accesses it
+        reg = new_region(b.id, block_box(blk) + rng if blk else rng) if not checks else None
+        seen = views[(id(geometries), blk, cs)] = (blk, off, rng, checks, reg)
+    t = NkiTensor.__new__(NkiTensor)
+    t._b = b
+    t._key, t._off, t._rng, t._checks, t._reg = seen
+    t._dims = b.local
+    t._dstr = b.lstr
+    t._base = 0
+    t._c = cs
+    t._a = a
+    t._shape = new_shape
+    t._ms = ms
+    t._st = st
+    t._gat = None
+    t._alias = False
+    t._acc = None
+    t._whole = False
+    return t
+
+
+_CONST = attrgetter("c")
+
+
+def _geometry(plan, b: Buffer, cs: tuple[int, ...]) -> tuple:
+    """(element offset, index range per local dim, pending bounds checks) of a planned
+    subscript whose local dims get constants `cs`."""
+    a, lohi = plan[1], plan[7]
+    local = b.local
+    off = 0
+    rng = []
+    checks = []
+    for d, c in enumerate(cs):
         lo, hi = lohi[d]
         lo += c
         hi += c
         if lo < 0 or hi >= local[d]:
-            if checks is None:
-                checks = []
             checks.append((c, a[d], local[d], d))
-        cs.append(c)
         rng.append((lo, hi + 1))
-        off += lstr[d] * c
-        d += 1
-    t = NkiTensor.__new__(NkiTensor)
-    t._b = b
-    t._key = blk
-    t._dims = local
-    t._dstr = lstr
-    t._base = 0
-    t._c = tuple(cs)
-    t._a = a
-    t._shape = new_shape
-    t._off = off
-    t._st = st
-    t._gat = None
-    t._checks = () if checks is None else tuple(checks)
-    t._alias = False
-    t._acc = None
-    t._whole = False
-    t._rng = tuple(rng)
-    return t
+        off += b.lstr[d] * c
+    return off, tuple(rng), tuple(checks)
 
 
 def _build_plan(v: NkiTensor, b: Buffer, key: tuple):
@@ -203,7 +232,10 @@ def _build_plan(v: NkiTensor, b: Buffer, key: tuple):
     # which key position feeds each block dim (-1: not indexed, constant 0) and whether it is an expression
     src = tuple((nrem + d, type(key[nrem + d]) is IndexExpr) if nrem + d < len(key) else (-1, False)
                 for d in range(len(b.local)))
-    return (t._shape, t._a, t._st, tuple(lohi), src, nrem)
+    # when every local dim is fed by an expression: their key positions (the common case)
+    expr_src = tuple(j for j, _ in src) if all(e for _, e in src) else None
+    # geometries by local constants (loop indices change the constants, which repeat)
+    return (t._shape, t._a, t._st, src, expr_src, nrem, {}, tuple(lohi), _minor_stride(t))
 
 
 def _describe(k) -> str:

@@ -104,7 +104,7 @@ class Buffer:
 
     __slots__ = ("id", "name", "memory", "shape", "dtype", "dtname", "itemsize", "nb", "local", "lstr",
                  "kind", "scope", "tpath", "line", "blocks", "fill", "mutable", "written", "fresh",
-                 "shared", "plans", "__weakref__")
+                 "shared", "plans", "views", "__weakref__")
 
     def __init__(self, m: Machine, memory: str, shape: tuple[int, ...], dtype: np.dtype, nb: int, *,
                  kind: str = "scratch", name: str = "", line: int = 0, fill=None, register: bool = True):
@@ -133,38 +133,11 @@ class Buffer:
         self.written = None
         self.fresh: Fresh | None = None
         self.shared: dict | None = None   # block key -> (peer buffer ref, peer key): arrays shared by a move
+        # planned subscripts seen: (plan, block key, local constants) -> (offset, local ranges,
+        # bounds checks, Region); see subscript._fast_subscript
+        self.views: dict[tuple, tuple] | None = None
         if register:
             m.register(self, self.info())
-
-    @staticmethod
-    def anon(m: Machine, memory: str, shape: tuple[int, ...], dtype: np.dtype, line: int) -> Buffer:
-        """A fresh anonymous tile (an instruction result); the checks and derived layout of a
-        (shape, memory, dtype) are computed once."""
-        tkey = (shape, memory, dtype)
-        tpl = _ANON_LAYOUTS.get(tkey)
-        if tpl is None:
-            check_tile_limits(memory, shape, dtype)
-            plans = _LAYOUT_PLANS.get((shape, memory, 0))
-            if plans is None:
-                plans = _LAYOUT_PLANS[(shape, memory, 0)] = {}
-            tpl = _ANON_LAYOUTS[tkey] = (dtype_name(dtype), dtype.itemsize, c_strides(shape), plans)
-        b = Buffer.__new__(Buffer)
-        m._next_tensor += 1
-        b.id = m._next_tensor
-        b.name = ""
-        b.memory = memory
-        b.shape = b.local = shape
-        b.dtype = dtype
-        b.dtname, b.itemsize, b.lstr, b.plans = tpl
-        b.nb = 0
-        b.kind = "scratch"
-        b.scope = m.scope
-        b.tpath = m.path
-        b.line = line
-        b.blocks = None if m.shape_only else {}
-        b.fill = b.written = b.fresh = b.shared = None
-        b.mutable = False
-        return b
 
     def info(self) -> TensorInfo:
         return TensorInfo(self.id, self.name, self.memory, self.shape, self.dtname, self.itemsize,
@@ -205,7 +178,11 @@ class NkiTensor:
     """A kernel-visible tensor or tile: a view of one block of a `Buffer`."""
 
     __slots__ = ("_b", "_key", "_dims", "_dstr", "_base", "_c", "_a", "_shape", "_off", "_st",
-                 "_gat", "_checks", "_alias", "_acc", "_whole", "_rng", "_srckey", "_srcpar", "__weakref__")
+                 "_gat", "_checks", "_alias", "_acc", "_whole", "_rng", "_reg", "_ms", "_srckey", "_srcpar",
+                 "__weakref__")
+    # _rng: per block dim, the [start, stop) range the view spans (planned views only);
+    # _reg: the view's Region once known, else None (see region);
+    # _ms: the most-minor free stride in elements, None until computed (see minor_stride_bytes)
 
     # -- user-visible attributes ---------------------------------------------------------
 
@@ -359,11 +336,17 @@ class NkiTensor:
     __int__ = __float__
     __index__ = __float__
 
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        raise AttributeError(f"NKI tensor has no attribute '{name}' (kernel tensors expose shape, dtype, "
-                             f"buffer, broadcast_to and reshape; their data is reached only through NKI calls)")
+    # (no __getattr__ hook for a friendlier message on unknown attributes: it would slow every
+    # attribute access of the emulator; the runner rewords the AttributeError instead)
+
+
+def unknown_attribute(e: AttributeError) -> AttributeError | None:
+    """A clearer error for kernel code that read an attribute NKI tensors do not have."""
+    name = getattr(e, "name", None)
+    if isinstance(getattr(e, "obj", None), NkiTensor) and name and not name.startswith("_"):
+        return AttributeError(f"NKI tensor has no attribute '{name}' (kernel tensors expose shape, dtype, "
+                              f"buffer, broadcast_to and reshape; their data is reached only through NKI calls)")
+    return None
 
 
 # --- construction -------------------------------------------------------------------------------
@@ -395,7 +378,7 @@ def _make(b: Buffer, key: tuple, dims, dstr, base: int, c, a, shape, checks=(), 
     v._alias = alias
     v._acc = None
     v._whole = False
-    v._rng = None
+    v._rng = v._reg = v._ms = None
     v._srckey = v._srcpar = None
     return v
 
@@ -427,21 +410,21 @@ def whole(b: Buffer, key: tuple = ()) -> NkiTensor:
         v._checks = ()
         v._alias = False
         v._whole = True
-        v._rng = None
+        v._rng = v._reg = v._ms = None
         v._srckey = v._srcpar = None
         return v
     local = b.local
     lay = _LAYOUTS.get(local)
     if lay is None:
-        n = len(local)
-        lay = _LAYOUTS[local] = ((0,) * n, _identity(n), tuple((0, k) for k in local))
+        lay = _layout(local)
     v = NkiTensor.__new__(NkiTensor)
     v._b = b
     v._key = key
     v._dims = local
     v._dstr = v._st = b.lstr
     v._base = v._off = 0
-    v._c, v._a, v._rng = lay
+    v._c, v._a, v._rng, v._ms = lay
+    v._reg = None
     v._shape = local
     v._gat = None
     v._checks = ()
@@ -453,6 +436,59 @@ def whole(b: Buffer, key: tuple = ()) -> NkiTensor:
 
 
 _LAYOUTS: dict[tuple[int, ...], tuple] = {}
+
+
+def _layout(local: tuple[int, ...]) -> tuple:
+    """(constants, coefficients, ranges, minor stride) of the whole view of a block."""
+    lay = _LAYOUTS.get(local)
+    if lay is None:
+        n = len(local)
+        # row-major: the most-minor free axis longer than 1 has stride 1
+        lay = _LAYOUTS[local] = ((0,) * n, _identity(n), tuple((0, k) for k in local),
+                                 1 if any(k > 1 for k in local[1:]) else 0)
+    return lay
+
+
+def anon_tile(m: Machine, memory: str, shape: tuple[int, ...], dtype: np.dtype, line: int) -> NkiTensor:
+    """The whole view of a fresh anonymous tile (an instruction result); the checks and the
+    derived layout of a (shape, memory, dtype) are computed once."""
+    tkey = (shape, memory, dtype)
+    tpl = _ANON_LAYOUTS.get(tkey)
+    if tpl is None:
+        check_tile_limits(memory, shape, dtype)
+        plans = _LAYOUT_PLANS.get((shape, memory, 0))
+        if plans is None:
+            plans = _LAYOUT_PLANS[(shape, memory, 0)] = {}
+        tpl = _ANON_LAYOUTS[tkey] = (dtype_name(dtype), dtype.itemsize, c_strides(shape), plans, _layout(shape))
+    b = Buffer.__new__(Buffer)
+    m._next_tensor += 1
+    b.id = m._next_tensor
+    b.name = ""
+    b.memory = memory
+    b.shape = b.local = shape
+    b.dtype = dtype
+    b.dtname, b.itemsize, b.lstr, b.plans, lay = tpl
+    b.nb = 0
+    b.kind = "scratch"
+    b.scope = m.scope
+    b.tpath = m.path
+    b.line = line
+    b.blocks = None if m.shape_only else {}
+    b.fill = b.written = b.fresh = b.shared = b.views = None
+    b.mutable = False
+    v = NkiTensor.__new__(NkiTensor)
+    v._b = b
+    v._key = ()
+    v._dims = v._shape = shape
+    v._dstr = v._st = b.lstr
+    v._base = v._off = 0
+    v._c, v._a, v._rng, v._ms = lay
+    v._reg = new_region(b.id, v._rng)   # (the instruction's trace record needs it)
+    v._gat = v._acc = v._srckey = v._srcpar = None
+    v._checks = ()
+    v._alias = False
+    v._whole = True
+    return v
 
 
 def new_buffer(memory: str, shape: tuple[int, ...], dtype: np.dtype, nb: int = 0, **kw) -> Buffer:
@@ -527,7 +563,7 @@ def _general_view(v: NkiTensor, gat: tuple, new_shape: tuple[int, ...]) -> NkiTe
     t._alias = v._alias
     t._acc = None
     t._whole = False
-    t._rng = None
+    t._rng = t._reg = t._ms = None
     t._srckey = t._srcpar = None
     return t
 
@@ -615,22 +651,37 @@ def check_bounds(v: NkiTensor, where: np.ndarray | None = None) -> None:
 
 def region(v: NkiTensor) -> Region:
     """The box of `v`'s elements over the tensor's full logical shape (block dims included)."""
+    r = v._reg
+    if r is None:
+        r = v._reg = _region(v)
+    return r
+
+
+def new_region(tensor: int, box: tuple[tuple[int, int], ...]) -> Region:
+    """`Region(tensor, box)`, built by setting its slots: the frozen dataclass's __init__
+    goes through object.__setattr__ per field and takes twice as long (traces hold several
+    regions per instruction)."""
+    r = _new(Region)
+    _REGION_TENSOR(r, tensor)
+    _REGION_BOX(r, box)
+    return r
+
+
+_new = object.__new__
+_REGION_TENSOR = Region.tensor.__set__
+_REGION_BOX = Region.box.__set__
+
+
+def _region(v: NkiTensor) -> Region:
     b = v._b
     if 0 in v._shape:
         return Region(b.id, tuple((0, 0) for _ in b.shape))
     key = v._key
-    if key:
-        box = _BLOCK_BOXES.get(key)
-        if box is None:
-            if len(_BLOCK_BOXES) > 1_000_000:
-                _BLOCK_BOXES.clear()
-            box = _BLOCK_BOXES[key] = tuple((k, k + 1) for k in key)
-    else:
-        box = ()
+    box = block_box(key) if key else ()
     rng = v._rng
     if rng is not None:
         if not v._checks:
-            return Region(b.id, box + rng)
+            return new_region(b.id, box + rng)
         return Region(b.id, box + tuple((lo if lo > 0 else 0, hi if hi < n else n)
                                         for (lo, hi), n in zip(rng, b.local)))
     box = list(box)
@@ -653,7 +704,16 @@ def region(v: NkiTensor) -> Region:
     return Region(b.id, tuple(box + clipped))
 
 
-_BLOCK_BOXES: dict[tuple, tuple] = {}
+_UNITS: list[tuple[int, int]] = []   # _UNITS[k] = (k, k + 1), shared by all block boxes
+
+
+def block_box(key: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
+    """The region box `((k, k + 1), ...)` of the block dims of block `key` (valid indices),
+    built from shared pairs: traces hold one box per region."""
+    n = max(key) + 1
+    if n > len(_UNITS):
+        _UNITS.extend((k, k + 1) for k in range(len(_UNITS), n))
+    return tuple(map(_UNITS.__getitem__, key))
 
 
 def _alias_box(v: NkiTensor, local) -> list[tuple[int, int]]:
@@ -680,11 +740,20 @@ def count(v: NkiTensor) -> int:
 
 def minor_stride_bytes(v: NkiTensor) -> int:
     """Byte stride of the most-minor free axis with more than one element (0 if none)."""
+    ms = v._ms
+    if ms is None:
+        ms = v._ms = _minor_stride(v)
+    return ms * v._b.itemsize
+
+
+def _minor_stride(v: NkiTensor) -> int:
+    """`minor_stride_bytes` in elements (1 for gathers)."""
     if v._gat is not None:
-        return v._b.itemsize
-    for k in range(len(v._shape) - 1, 0, -1):
-        if v._shape[k] > 1:
-            return abs(v._st[k]) * v._b.itemsize
+        return 1
+    shape = v._shape
+    for k in range(len(shape) - 1, 0, -1):
+        if shape[k] > 1:
+            return abs(v._st[k])
     return 0
 
 

@@ -51,9 +51,6 @@ def test_every_knob_value_is_correct(name, knob, value):
     check_baseline(name, "small", (0,), source)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "emulator: `dst[idx] = nl.add(..., mask=m)` bounds-checks dst[idx] without the instruction's mask "
-    "(nki-semantics.md 4.4 says the mask excludes the out-of-bound part); strict, so the fix shows here"))
 def test_row_block_with_a_partial_column_tile():
     """matmul_add_rmsnorm writes masked PSUM evictions into a (128, N) row block; N = 768 leaves
     the last 512-column tile half outside it."""

@@ -165,3 +165,26 @@ def test_store_into_a_view_with_extra_unit_axes():
     r = run(kernel, x)
     np.testing.assert_array_equal(r.outputs, np.stack([x, x]))
     assert all(i.partitions == 128 and i.dma.partitions == 128 for i in r.trace.instrs if i.op == "nl.store")
+
+
+def test_repeated_subscripts_still_check_their_block_indices():
+    """Subscripts repeat with new loop values; each new block index is checked (or wrapped,
+    when negative) even after the same subscript pattern was seen in bounds."""
+    x = rand(128, 512)
+    i, j = nl.arange(128)[:, None], nl.arange(512)[None, :]
+
+    def kernel(x, last):
+        t = nl.ndarray((4, nl.par_dim(128), 512), dtype=np.float32, buffer=nl.sbuf)
+        out = nl.ndarray((128, 512), dtype=np.float32, buffer=nl.shared_hbm)
+        for b in nl.affine_range(4):
+            t[b, i, j] = nl.load(x[i, j])
+        nl.store(out, value=nl.multiply(t[last, i, j], 2.0))
+        return out
+
+    np.testing.assert_array_equal(run(kernel, x, -1).outputs, 2 * x)
+    with pytest.raises(errors.OutOfBoundsError, match="dimension 0"):
+        run(kernel, x, 4)
+    r = run(kernel, x, 3)
+    loads = [ins for ins in r.trace.instrs if ins.op == "nl.load"]
+    assert [ld.writes[0].box[0] for ld in loads] == [(0, 1), (1, 2), (2, 3), (3, 4)]
+    assert r.trace.instrs[-2].reads[0] == loads[3].writes[0]

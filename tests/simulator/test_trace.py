@@ -3,11 +3,12 @@ the block-release plan that keeps large logical buffers out of memory."""
 
 from __future__ import annotations
 
+import gc
 import tracemalloc
 
 import numpy as np
 
-from fitness.simulator import ShapeDtype, runner, simulate
+from fitness.simulator import ShapeDtype, run_kernel, runner, simulate
 from fitness.simulator.trace import COPY, DMA_LOAD, DMA_STORE, HBM, MM, PSUM, SBUF, TS
 
 from .helpers import assert_consistent, instrs, nisa, nl, rand, run
@@ -148,3 +149,38 @@ def test_repeated_runs_reuse_the_release_plan(monkeypatch):
         x = rand(4, 128, 64, seed=seed)
         np.testing.assert_allclose(run_kernel(src, [x], filename="plan_cache.py").outputs, np.exp(x), rtol=2e-6)
     assert len(calls) == 1
+
+
+KERNEL_SOURCE = """\
+import numpy as np
+import neuronxcc.nki as nki
+import neuronxcc.nki.language as nl
+
+@nki.jit
+def kernel(x):
+    out = nl.ndarray((128, 64), dtype=np.float32, buffer=nl.shared_hbm){gap}
+    t = nl.load(x)
+    nl.store(out, value=nl.exp(t))
+    return out
+"""
+
+
+def test_instruction_lines_of_kernels_that_differ_only_in_lines():
+    """Lines are cached per code object and call site: two kernels with the same bytecode
+    but different line numbers (a blank line more) keep their own lines."""
+    x = rand(128, 64)
+    lines = []
+    for gap in ("", "\n"):
+        tr = run_kernel(KERNEL_SOURCE.format(gap=gap), [x]).trace
+        lines.append([i.line for i in tr.instrs])
+    assert lines[0] == [8, 9, 9] and lines[1] == [9, 10, 10]
+
+
+def test_the_trace_leaves_the_young_generation():
+    """What a run leaves alive (the trace) moves to the oldest collector generation in one
+    step, instead of being rescanned by the young collections that follow."""
+    tr = run(blocked_kernel, X, W).trace
+    assert gc.isenabled()
+    young = {id(o) for gen in (0, 1) for o in gc.get_objects(generation=gen)}
+    assert gc.is_tracked(tr.instrs[0]) and not any(id(i) in young for i in tr.instrs)
+    assert any(o is tr.instrs[0] for o in gc.get_objects(generation=2))
