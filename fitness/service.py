@@ -74,7 +74,8 @@ class Evaluator:
         self._cache = EvalCache(folders)
         # Reference data lives as long as the evaluator: at paper shapes it is GBs per problem,
         # too much to keep in every run folder, and recomputing it once per session is cheap.
-        self._tmp = Path(tempfile.mkdtemp(prefix="accelopt-evo-"))
+        sweep_orphans()
+        self._tmp = Path(tempfile.mkdtemp(prefix=_scratch_prefix("accelopt-evo-")))
         self._refs = ReferenceStore(self._tmp / "references")
         # Simulator kernel processes are forked from a preloaded server; the trainium backend
         # spawns them (the Neuron runtime must not be inherited through fork).
@@ -204,7 +205,7 @@ class Evaluator:
         downgraded = precision.downgrades(precision.source_dtypes(source), reference_dtypes)
         if downgraded:
             return EvalResult(INCORRECT, _precision_message(downgraded[0], reference_dtypes))
-        workdir = Path(tempfile.mkdtemp(prefix="accelopt-evo-kernel-", dir=_work_root()))
+        workdir = Path(tempfile.mkdtemp(prefix=_scratch_prefix(KERNEL_PREFIX), dir=_work_root()))
         try:
             judge = _Judge(problem, cases, self.settings.rel_tol or problem.tolerance, workdir)
             request = {
@@ -331,6 +332,42 @@ class _Judge:
         if downgraded:
             return EvalResult(INCORRECT, _precision_message(downgraded[0], reference_dtypes))
         return EvalResult(OK, latency_ms=float(self.done["latency_ms"]), profile=dict(self.done.get("profile", {})))
+
+
+KERNEL_PREFIX = "accelopt-evo-kernel-"
+
+
+def _scratch_prefix(kind: str) -> str:
+    """Scratch folder names carry the owning process id, so that folders left by a killed run
+    can be told from those of a live one."""
+    return f"{kind}{os.getpid()}-"
+
+
+def sweep_orphans() -> list[Path]:
+    """Removes scratch folders whose owning process is gone (a run killed with SIGKILL leaves
+    them behind, and in /dev/shm they hold memory). Returns what it removed."""
+    removed = []
+    for root in {_work_root() or tempfile.gettempdir(), tempfile.gettempdir()}:
+        for path in Path(root).glob("accelopt-evo-*"):
+            pid = path.name.removeprefix(KERNEL_PREFIX).removeprefix("accelopt-evo-").split("-", 1)[0]
+            try:
+                if not pid.isdigit() or path.stat().st_uid != os.getuid() or _alive(int(pid)):
+                    continue
+            except OSError:
+                continue
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _work_root() -> str | None:

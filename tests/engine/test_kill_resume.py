@@ -8,10 +8,13 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
+
+from fitness import service
 
 pytestmark = pytest.mark.slow
 
@@ -25,9 +28,9 @@ def cli(*args: str, cwd: Path, **kwargs) -> subprocess.Popen:
                             stderr=subprocess.STDOUT, text=True, start_new_session=True, **kwargs)
 
 
-def cache_entries(folder: Path) -> int:
-    cache = folder / "cache" / "evaluations"
-    return sum(1 for p in cache.rglob("*") if p.is_file()) if cache.exists() else 0
+def kernel_folders(pid: int) -> list[Path]:
+    root = Path(service._work_root() or tempfile.gettempdir())
+    return list(root.glob(f"{service.KERNEL_PREFIX}{pid}-*"))
 
 
 def outcome(folder: Path) -> dict:
@@ -44,20 +47,17 @@ def test_sigkill_mid_generation_then_resume(tmp_path):
     victim = cli("run", "--gens", str(GENS), "--run-id", "killed", *FLAGS, cwd=tmp_path)
     folder = tmp_path / "runs" / "killed"
     deadline = time.monotonic() + 300
-    cached_at_gen1 = None
-    # wait until generation 1 is checkpointed and a kernel of generation 2 has been evaluated
-    # (its result reached the evaluation cache) while generation 2 is not checkpointed yet
+    # wait until generation 1 is checkpointed and a kernel of a later generation is being
+    # evaluated (its scratch folder, named after the run's process, exists); generations whose
+    # offspring are all known kernels evaluate nothing, so the kill may land after generation 2
     while time.monotonic() < deadline:
-        if cached_at_gen1 is None and (folder / "checkpoints" / "gen-0001.json").exists():
-            cached_at_gen1 = cache_entries(folder)
-        if cached_at_gen1 is not None and cache_entries(folder) > cached_at_gen1:
+        if (folder / "checkpoints" / "gen-0001.json").exists() and kernel_folders(victim.pid):
             break
         assert victim.poll() is None, "the run ended before it could be killed"
-        time.sleep(0.01)
+        time.sleep(0.002)
     os.killpg(victim.pid, signal.SIGKILL)
     victim.wait(timeout=30)
-    if (folder / "checkpoints" / "gen-0002.json").exists():
-        pytest.fail("the kill came too late to interrupt generation 2")
+    assert kernel_folders(victim.pid), "killed while a kernel was being evaluated"
     assert not (folder / "checkpoints" / f"gen-{GENS:04d}.json").exists()
     # nothing half-written: every checkpoint and the memory parse; only a log's last line may be torn
     for path in (folder / "checkpoints").iterdir():
@@ -68,6 +68,7 @@ def test_sigkill_mid_generation_then_resume(tmp_path):
     out, _ = resumed.communicate(timeout=600)
     assert resumed.returncode == 0, out
     assert "resuming" in out
+    assert not kernel_folders(victim.pid), "the resumed run sweeps the killed run's scratch folders"
     assert outcome(folder) == outcome(tmp_path / "runs" / "straight")
     # every evaluation of the interrupted generation is logged once
     gens = [json.loads(line)["generation"] for line in (folder / "evaluations.jsonl").read_text().splitlines()]

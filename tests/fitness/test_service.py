@@ -4,6 +4,9 @@ speedups, the cache and the pool (silu at its tiny shape, so that each evaluatio
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -213,9 +216,32 @@ def test_closing_removes_temporary_reference_data():
 
 
 def test_no_kernel_folders_are_left_behind(evaluator):
-    root = service_mod._work_root() or os.environ.get("TMPDIR", "/tmp")
-    assert not [p for p in Path(root).glob("accelopt-evo-kernel-*") if p.stat().st_uid == os.getuid()
-                and time.time() - p.stat().st_mtime > 60]
+    evaluator.evaluate(SPEC, kernels.SILU.replace("nl.add(e, 1.0)", "nl.add(e, 1.0 + 0.0)"))
+    root = service_mod._work_root() or tempfile.gettempdir()
+    assert not list(Path(root).glob(f"{service_mod.KERNEL_PREFIX}{os.getpid()}-*"))
+
+
+def test_folders_of_a_killed_run_are_swept_when_an_evaluator_starts(tmp_path):
+    dead = _dead_pid()
+    root = Path(service_mod._work_root() or tempfile.gettempdir())
+    orphan = root / f"{service_mod.KERNEL_PREFIX}{dead}-abc"
+    orphan.mkdir()
+    (orphan / "out.npy").write_bytes(b"x")
+    mine = root / f"{service_mod.KERNEL_PREFIX}{os.getpid()}-abc"
+    mine.mkdir()
+    try:
+        Evaluator(EvalSettings(backend="simulator", seeds=(0,), workers=1)).close()
+        assert not orphan.exists() and mine.exists()
+    finally:
+        shutil.rmtree(orphan, ignore_errors=True)
+        shutil.rmtree(mine, ignore_errors=True)
+
+
+def _dead_pid() -> int:
+    """The id of a process that has exited (and been reaped)."""
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
 
 
 @pytest.mark.slow
