@@ -4,7 +4,6 @@ Rows map onto the 128 partitions. Each (128, LOAD_N) block of x is loaded into S
 processed in column chunks of COMPUTE_N elements, capped at LOAD_N (exp on ScalarE, then
 1 + e, 1 / (1 + e) and x * r), and stored back. Masks cover shapes that are not multiples of the tile sizes.
 """
-import numpy as np
 import neuronxcc.nki as nki
 import neuronxcc.nki.language as nl
 import neuronxcc.nki.isa as nisa
