@@ -66,11 +66,13 @@ class GenerationReport:
     evaluations: list[EvalRecord] = field(default_factory=list)
     new_kernels: dict[str, str] = field(default_factory=dict)   # id -> source
 
-    def summary(self, target: str) -> str:
+    def summary(self, where: str) -> str:
+        """One line per generation; `where` says what the figures are, e.g. "simulated trn1"."""
         e = self.entry
-        pct = f"{e['best_percent_of_peak']:.1f}% of peak (simulated {target})" if e["best_percent_of_peak"] else "% of peak unknown"
+        pct = f"{e['best_percent_of_peak']:.1f}% of peak ({where})" if e["best_percent_of_peak"] else "% of peak unknown"
+        dup = f", {e['duplicates']} already known" if e.get("duplicates") else ""
         return (f"gen {self.generation:>3} {self.problem}: best speedup {e['best_speedup']:.3f}x, {pct}, "
-                f"valid {e['valid']}/{e['offspring']} offspring")
+                f"{e['valid']} new valid of {e['offspring']} offspring{dup}")
 
 
 def parent_view(ind: KernelRecord) -> Parent:
@@ -104,8 +106,9 @@ class Engine:
     """Evolves the populations of several problems with DEAP and shared memory."""
 
     def __init__(self, cfg: Config, problems: Sequence[Problem], evaluator: Evaluator, operators: Operators,
-                 memory: OptimizationMemory, *, log: Callable[[str], None] = print):
+                 memory: OptimizationMemory, *, log: Callable[[str], None] = print, progress: bool = True):
         self.cfg = cfg
+        self.progress = progress                            # per-batch evaluation bars
         self.problems = {p.name: p for p in problems}
         self.evaluator = evaluator
         self.operators = operators
@@ -172,7 +175,7 @@ class Engine:
     def _evaluate(self, state: ProblemState, candidates: list[KernelRecord], label: str) -> list[EvalRecord]:
         """Evaluate candidates not evaluated before in this run; reuse known results."""
         fresh = [c for c in candidates if c.id not in state.known]
-        results = self.toolbox.evaluate(state.spec, [c.source for c in fresh], progress=label) if fresh else []
+        results = self.toolbox.evaluate(state.spec, [c.source for c in fresh], progress=self.progress and label) if fresh else []
         for c, r in zip(fresh, results):
             state.known[c.id] = r
         records = []

@@ -161,7 +161,9 @@ class Run:
                 append_jsonl(self.folder.evaluations, ev.to_dict())
             best = self.engine.best(rep.problem)
             write_text_atomic(self.folder.best / f"{rep.problem}.py", best.source)
-            self.log(rep.summary(self.cfg.evaluation.target))
+            backend = best.result.backend
+            self.log(rep.summary(f"simulated {self.cfg.evaluation.target}" if backend in ("simulator", "", None)
+                                 else f"measured on {backend}"))
         write_json_atomic(self.folder.memory, {"entries": self.engine.memory.to_json()})
         state = self.engine.state_dict()
         state.update(version=CHECKPOINT_VERSION, config_hash=self.cfg.hash(), written=time.time(),
@@ -250,7 +252,7 @@ def _drive(cfg: Config, folder: RunFolder, problems: list[Problem], operators: A
     with evaluator_factory(cfg, folder) as evaluator:
         name, why = evaluator.backend_choice
         log(f"evaluation: backend {name} ({why}), target {cfg.evaluation.target}")
-        engine = Engine(cfg, problems, evaluator, operators, memory, log=log)
+        engine = Engine(cfg, problems, evaluator, operators, memory, log=log, progress=progress)
         if checkpoint is not None:
             engine.load_state_dict(checkpoint, folder.read_kernel)
         run = Run(cfg, folder, engine, operators, progress=progress, log=log)

@@ -53,3 +53,14 @@ def test_no_traceback_through_the_module_entry_point(tmp_path):
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("flag", [[], ["--no-progress"]])
+def test_progress_bars_only_when_wanted(flag, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "--gens", "1", "--run-id", "p", *flag, "--set", "run.shape=tiny", "--set", "population.size=3",
+                 "--set", "population.offspring=3", "--set", "evaluation.seeds=[0]",
+                 "--set", "evaluation.heldout_seeds=0", "--set", "run.report=false"]) == 0
+    out = capsys.readouterr()
+    assert ("kernel" in out.err) == (not flag), out.err   # the evaluation bars' unit
+    assert "gen   1 silu: best speedup" in out.out + out.err
