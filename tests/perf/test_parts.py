@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from fitness.simulator import trace as tr
-from fitness.simulator.perf import check, hardware
+from fitness.simulator.perf import boxes, check, hardware
 from fitness.simulator.perf.costs import DmaEfficiency, duration_ns
 from fitness.simulator.perf.lowering import Op
 from fitness.simulator.perf.params import DOCUMENTED
@@ -110,3 +112,28 @@ def test_summary_and_table():
 
 def test_fold_parameters_require_the_calibrated_data():
     assert check.fold_params("silu_M4096_N7168", "not-the-fingerprint", DOCUMENTED) is None
+
+
+def test_box_map_finds_exactly_the_overlapping_boxes():
+    """The interval trie answers like a scan with `overlaps`, through inserts and deletes,
+    empty intervals included (a stored empty box overlaps only itself)."""
+    rng = random.Random(7)
+
+    def rand_box():
+        box = []
+        for _ in range(3):
+            lo = rng.randrange(0, 12)
+            box.append((lo, lo + rng.randrange(0, 5)))
+        return tuple(box)
+
+    bm = boxes.BoxMap()
+    for step in range(600):
+        box = rand_box()
+        if bm.items and rng.random() < 0.3:
+            del bm[rng.choice(list(bm.items))]
+        else:
+            bm[box] = step
+        query = rand_box() if rng.random() < 0.7 else rng.choice(list(bm.items))
+        want = {b for b in bm.items if boxes.overlaps(b, query)}
+        got = bm.overlapping(query)
+        assert len(got) == len(set(got)) and set(got) == want

@@ -64,3 +64,74 @@ def join(a: Box, b: Box) -> Box | None:
     lo = min(a[axis][0], b[axis][0])
     hi = max(a[axis][1], b[axis][1])
     return a[:axis] + ((lo, hi),) + a[axis + 1:]
+
+
+class BoxMap:
+    """Boxes of one block (all with the same number of dimensions) mapped to values, with
+    a search for the stored boxes that overlap a given box.
+
+    Besides the plain dict (`items`), a map of more than SCAN_UP_TO boxes keeps them in a
+    trie of their intervals (built at its first search): level d maps a box's interval
+    along dimension d to the next level, and the last level to the box itself. A search
+    descends only into intervals that overlap the query's along every dimension so far,
+    so it touches a few of the boxes of a tile written slice by slice instead of all."""
+
+    __slots__ = ("items", "_trie")
+    SCAN_UP_TO = 4
+
+    def __init__(self) -> None:
+        self.items: dict[Box, object] = {}
+        self._trie: dict | None = None
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def get(self, box: Box, default=None):
+        return self.items.get(box, default)
+
+    def __setitem__(self, box: Box, value) -> None:
+        if self._trie is not None and box not in self.items:
+            self._insert(box)
+        self.items[box] = value
+
+    def __delitem__(self, box: Box) -> None:
+        del self.items[box]
+        if self._trie is not None:
+            path = []
+            node = self._trie
+            for iv in box[:-1]:
+                path.append((node, iv))
+                node = node[iv]
+            del node[box[-1]]
+            while path and not node:   # prune levels left empty
+                node, iv = path.pop()
+                del node[iv]
+
+    def _insert(self, box: Box) -> None:
+        node = self._trie
+        for iv in box[:-1]:
+            child = node.get(iv)
+            if child is None:
+                child = node[iv] = {}
+            node = child
+        node[box[-1]] = box
+
+    def overlapping(self, box: Box) -> list[Box]:
+        """The stored boxes that overlap `box` as `overlaps` decides (so `box` itself,
+        when stored, even if empty), in no particular order."""
+        items = self.items
+        if len(items) <= self.SCAN_UP_TO or not box:
+            return [b for b in items if overlaps(b, box)]
+        if self._trie is None:
+            self._trie = {}
+            for b in items:
+                self._insert(b)
+        nodes = [self._trie]
+        for lo, hi in box:
+            nodes = [child for node in nodes for (a, b), child in node.items()
+                     if a < hi and lo < b]
+            if not nodes:
+                break
+        if box in items and not all(lo < hi for lo, hi in box):
+            nodes.append(box)   # a box with an empty interval overlaps only itself
+        return nodes

@@ -132,7 +132,7 @@ def _cse(prog: Program, disabled: set):
     # write-only; inputs are never written): do not track them.
     untracked = [m == tr.HBM and prog.tensors[t].kind not in ("scratch", "spill")
                  for m, t in zip(prog.block_memory, prog.block_tensor)]
-    writes_of: dict[BlockKey, dict[boxes.Box, int]] = {}
+    writes_of: dict[BlockKey, boxes.BoxMap] = {}   # box -> sequence number of its last write
     latest: dict[BlockKey, int] = {}
     tangled: set[BlockKey] = set()   # blocks with overlapping (not nested) written boxes
     alias: dict[BlockKey, dict[boxes.Box, tuple[BlockKey, tuple[int, ...], object]]] = {}
@@ -151,31 +151,30 @@ def _cse(prog: Program, disabled: set):
         last = d.get(box, -1)
         if last >= 0 and (last == latest[bk] or bk not in tangled):
             return last  # the newest write, or written boxes are disjoint
-        for wbox, seq in d.items():
-            if seq > last and overlaps(wbox, box):
-                last = seq
+        seqs = d.items
+        for wbox in d.overlapping(box):
+            if seqs[wbox] > last:
+                last = seqs[wbox]
         return last
 
     def record_write(bk: BlockKey, box: boxes.Box, seq: int) -> None:
         latest[bk] = seq
         d = writes_of.get(bk)
         if d is None:
-            writes_of[bk] = {box: seq}
-            return
-        if box not in d:
-            for old in list(d):
-                if overlaps(old, box):
-                    if covers(box, old):
-                        del d[old]   # cannot be the latest write of anything any more
-                    else:
-                        tangled.add(bk)
+            d = writes_of[bk] = boxes.BoxMap()
+        elif box not in d.items:
+            for old in d.overlapping(box):
+                if covers(box, old):
+                    del d[old]   # cannot be the latest write of anything any more
+                else:
+                    tangled.add(bk)
         d[box] = seq
 
     for seq, op in enumerate(prog.ops):
         reads = op.reads
         direct = reads
         uses: list[tuple[BlockKey, object]] = []
-        if alias:
+        if alias and any(bk in alias for bk, _ in reads):
             resolved: list[Access] = []
             direct = []
             for acc in reads:
@@ -239,6 +238,8 @@ def _cse(prog: Program, disabled: set):
                 if pieces:
                     for old in [b for b in pieces if b == box or overlaps(b, box)]:
                         del pieces[old]
+                    if not pieces:
+                        del alias[bk]   # only blocks with pieces stay in alias
             record_write(bk, box, seq)
             direct_last[bk] = seq
         op.reads = reads
@@ -357,20 +358,38 @@ class _Liveness:
         return int(foot[at]), per
 
 
-def _accesses_of(prog: Program, tids: set[int]) -> dict[BlockKey, Accesses]:
-    bt = prog.block_tensor
+def _sbuf_accesses(prog: Program) -> dict[BlockKey, Accesses]:
+    """The accesses of every SBUF block, in the order of prog.ops (one pass serves all the
+    sites that overflow steps pick: a step only rewrites accesses to its own site's blocks
+    and adds ops that touch only those and HBM)."""
+    mem = prog.block_memory
     out: dict[BlockKey, Accesses] = {}
     for op in prog.ops:
         if not op.kind:
             continue
         for i, (b, _) in enumerate(op.reads):
-            if bt[b] in tids:
-                out.setdefault(b, []).append((op, False, i))
+            if mem[b] == tr.SBUF:
+                accs = out.get(b)
+                if accs is None:
+                    out[b] = [(op, False, i)]
+                else:
+                    accs.append((op, False, i))
         for i, (b, _) in enumerate(op.writes):
-            if bt[b] in tids:
-                out.setdefault(b, []).append((op, True, i))
-    for accs in out.values():
-        accs.sort(key=lambda a: a[0].pos)
+            if mem[b] == tr.SBUF:
+                accs = out.get(b)
+                if accs is None:
+                    out[b] = [(op, True, i)]
+                else:
+                    accs.append((op, True, i))
+    return out
+
+
+def _accesses_of(prog: Program, sbuf_accesses: dict[BlockKey, Accesses],
+                 tids: set[int]) -> dict[BlockKey, Accesses]:
+    """The accesses of the blocks of tensors `tids`, each block's in position order."""
+    bt = prog.block_tensor
+    out = {b: sorted(accs, key=lambda a: a[0].pos)
+           for b, accs in sbuf_accesses.items() if bt[b] in tids}
     return out
 
 
@@ -383,6 +402,7 @@ def _resolve_overflow(prog: Program, hw: Hardware, report: CompilerReport) -> No
     done: set[BlockKey] = set()
     spill_tensor: dict[object, int] = {}
     site_accesses: dict[object, dict[BlockKey, Accesses]] = {}
+    sbuf_accesses: dict[BlockKey, Accesses] | None = None   # gathered at the first step
     peak, per = live.peak()
     report.sbuf_peak_as_written = report.sbuf_peak = peak
     for _ in range(MAX_OVERFLOW_STEPS):
@@ -404,7 +424,9 @@ def _resolve_overflow(prog: Program, hw: Hardware, report: CompilerReport) -> No
         tids = {t for t, m in prog.tensors.items() if m.site == site and m.memory == tr.SBUF}
         blocks = site_accesses.get(site)
         if blocks is None:  # untouched blocks keep their accesses: computed once per site
-            blocks = site_accesses[site] = _accesses_of(prog, tids)
+            if sbuf_accesses is None:
+                sbuf_accesses = _sbuf_accesses(prog)
+            blocks = site_accesses[site] = _accesses_of(prog, sbuf_accesses, tids)
         tid = min(tids, key=abs)
         meta = prog.tensors[tid]
         name = meta.name or f"t{tid}"

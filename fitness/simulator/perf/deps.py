@@ -41,7 +41,7 @@ def _data_edges(prog: Program):
     whole tiles or slices) answers an access to exactly one of its boxes without scanning."""
     skip = _skip(prog)
     mem = prog.block_memory
-    writers: dict[BlockKey, dict[boxes.Box, int]] = {}
+    writers: dict[BlockKey, boxes.BoxMap] = {}   # box -> latest writer
     readers: dict[BlockKey, dict[boxes.Box, list[int]]] = {}
     tangled: set[BlockKey] = set()
     first: dict[BlockKey, int] = {}
@@ -64,9 +64,8 @@ def _data_edges(prog: Program):
                 if j is not None and bk not in tangled:
                     deps.append(j)
                 else:
-                    for wbox, j in ws.items():
-                        if wbox == box or overlaps(wbox, box):
-                            deps.append(j)
+                    latest = ws.items
+                    deps.extend([latest[wbox] for wbox in ws.overlapping(box)])
             rs = readers.get(bk)
             if rs is None:
                 readers[bk] = {box: [i]}
@@ -85,20 +84,19 @@ def _data_edges(prog: Program):
                 continue
             ws = writers.get(bk)
             if ws is None:
-                writers[bk] = {box: i}
+                ws = writers[bk] = boxes.BoxMap()
             else:
                 j = ws.get(box)
                 if j is not None and bk not in tangled:
                     deps.append(j)
                 else:
-                    for wbox, j in list(ws.items()):
-                        if wbox == box or overlaps(wbox, box):
-                            deps.append(j)
-                            if covers(box, wbox):
-                                del ws[wbox]
-                            else:
-                                tangled.add(bk)
-                ws[box] = i
+                    for wbox in ws.overlapping(box):
+                        deps.append(ws.items[wbox])
+                        if covers(box, wbox):
+                            del ws[wbox]
+                        else:
+                            tangled.add(bk)
+            ws[box] = i
             rs = readers.get(bk)
             if rs:
                 for rbox, js in list(rs.items()):
