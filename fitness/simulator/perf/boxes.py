@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 Box = tuple[tuple[int, int], ...]
 
 
@@ -20,28 +18,40 @@ def covers(outer: Box, inner: Box) -> bool:
     """True when `inner` lies inside `outer`."""
     if outer == inner:
         return True
-    return all(o0 <= i0 and i1 <= o1 for (o0, o1), (i0, i1) in zip(outer, inner))
+    for (o0, o1), (i0, i1) in zip(outer, inner):
+        if i0 < o0 or o1 < i1:
+            return False
+    return True
 
+
+# The helpers below run in the inner loops of the compiler passes: list comprehensions
+# and plain loops, which are faster than generator expressions.
 
 def intersect(a: Box, b: Box) -> Box:
-    return tuple((max(a0, b0), min(a1, b1)) for (a0, a1), (b0, b1) in zip(a, b))
+    return tuple([(a0 if a0 > b0 else b0, a1 if a1 < b1 else b1)
+                  for (a0, a1), (b0, b1) in zip(a, b)])
 
 
 def volume(box: Box) -> int:
-    return math.prod(b - a for a, b in box)
+    v = 1
+    for a, b in box:
+        v *= b - a
+    return v
 
 
 def shape(box: Box) -> tuple[int, ...]:
-    return tuple(b - a for a, b in box)
+    return tuple([b - a for a, b in box])
 
 
 def shift(box: Box, delta: tuple[int, ...]) -> Box:
-    return tuple((a + d, b + d) for (a, b), d in zip(box, delta))
+    if not any(delta):
+        return box   # the usual case: reused results sit where the duplicate's would
+    return tuple([(a + d, b + d) for (a, b), d in zip(box, delta)])
 
 
 def offset(src: Box, dst: Box) -> tuple[int, ...]:
     """The per-dim shift that maps `src` onto `dst`."""
-    return tuple(d0 - s0 for (s0, _), (d0, _) in zip(src, dst))
+    return tuple([d0 - s0 for (s0, _), (d0, _) in zip(src, dst)])
 
 
 def bounding(boxes: list[Box]) -> Box:
@@ -79,8 +89,8 @@ class BoxMap:
     __slots__ = ("items", "_trie")
     SCAN_UP_TO = 4
 
-    def __init__(self) -> None:
-        self.items: dict[Box, object] = {}
+    def __init__(self, items: dict[Box, object] | None = None) -> None:
+        self.items: dict[Box, object] = {} if items is None else items
         self._trie: dict | None = None
 
     def __len__(self) -> int:

@@ -16,6 +16,7 @@ The result is the program that the dependency builder and the scheduler see.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 import numpy as np
 
@@ -53,7 +54,7 @@ def apply(prog: Program, hw: Hardware, params: Params) -> CompilerReport:
     report = CompilerReport()
     _hoist(prog, hw, params, report)
     _resolve_overflow(prog, hw, report)
-    prog.ops = sorted((op for op in prog.ops if op.kind), key=lambda o: o.pos)
+    prog.ops = sorted([op for op in prog.ops if op.kind], key=attrgetter("pos"))
     return report
 
 
@@ -89,9 +90,10 @@ def _hoist(prog: Program, hw: Hardware, params: Params, report: CompilerReport) 
         return
     disabled: set = set()
     ops, reads = list(prog.ops), [op.reads for op in prog.ops]
+    cands, untracked = _candidates(prog), _untracked(prog)
     removed, used = 0, set()
     for _ in range(CSE_ROUNDS):
-        extension, removed, used, feeds = _cse(prog, disabled)
+        extension, removed, used, feeds = _cse(prog, disabled, cands, untracked)
         if not _over_budget(extension, feeds, budgets, disabled):
             break
         # Some reuse does not fit: undo, and redo without the offending groups (unless
@@ -103,7 +105,7 @@ def _hoist(prog: Program, hw: Hardware, params: Params, report: CompilerReport) 
             removed, used = 0, set()
             break
     else:
-        extension, removed, used, _ = _cse(prog, disabled | set(extension))
+        extension, removed, used, _ = _cse(prog, disabled | set(extension), cands, untracked)
     report.rejected_sites = len(disabled)
     report.removed_duplicates, report.hoisted_sites = removed, len(used)
 
@@ -122,16 +124,39 @@ def _may_repeat(prog: Program) -> bool:
     return False
 
 
-def _cse(prog: Program, disabled: set):
-    """One CSE pass, rewriting prog.ops. Returns (extension, ops removed, groups used,
-    feeds): extension[group][memory] is the peak bytes/partition that reusing the group's
-    earlier results keeps alive beyond their own last use; feeds[group] are the groups whose
-    reused results the group's duplicates read."""
+def _candidates(prog: Program) -> list[tuple[object, int] | None]:
+    """Per op of prog.ops: (group, signature) for CSE candidates, None for the rest. The
+    group is the allocation site of its first write; the signature numbers what, besides
+    its inputs, must match for two instructions to compute the same result (kind, dtype,
+    function, shape of the work and of the writes). Neither changes between CSE passes."""
     site_of = [prog.tensors[t].site for t in prog.block_tensor]
-    # Writes to kernel outputs cannot change what a later instruction reads (outputs are
-    # write-only; inputs are never written): do not track them.
-    untracked = [m == tr.HBM and prog.tensors[t].kind not in ("scratch", "spill")
-                 for m, t in zip(prog.block_memory, prog.block_tensor)]
+    signatures: dict[tuple, int] = {}
+    out: list[tuple[object, int] | None] = []
+    for op in prog.ops:
+        if not (op.cse and op.writes):
+            out.append(None)
+            continue
+        mm = op.mm
+        sig = (op.kind, op.dtype, op.func, op.P, op.N, op.dma_bytes,
+               (mm.K, mm.M, mm.N, mm.is_transpose, mm.stationary_onezero) if mm else None,
+               tuple([boxes.shape(box) for _, box in op.writes]))
+        out.append((site_of[op.writes[0][0]], signatures.setdefault(sig, len(signatures))))
+    return out
+
+
+def _untracked(prog: Program) -> list[bool]:
+    """Per block: True for kernel outputs and inputs. Writes to outputs cannot change what a
+    later instruction reads (outputs are write-only; inputs are never written)."""
+    return [m == tr.HBM and prog.tensors[t].kind not in ("scratch", "spill")
+            for m, t in zip(prog.block_memory, prog.block_tensor)]
+
+
+def _cse(prog: Program, disabled: set, cands: list, untracked: list[bool]):
+    """One CSE pass over the as-written prog.ops (`cands` and `untracked` from
+    _candidates and _untracked), rewriting prog.ops. Returns (extension, ops removed,
+    groups used, feeds): extension[group][memory] is the peak bytes/partition that reusing
+    the group's earlier results keeps alive beyond their own last use; feeds[group] are the
+    groups whose reused results the group's duplicates read."""
     writes_of: dict[BlockKey, boxes.BoxMap] = {}   # box -> sequence number of its last write
     latest: dict[BlockKey, int] = {}
     tangled: set[BlockKey] = set()   # blocks with overlapping (not nested) written boxes
@@ -143,12 +168,13 @@ def _cse(prog: Program, disabled: set):
     kept: list[Op] = []
     removed, used_groups = 0, set()
     overlaps, covers = boxes.overlaps, boxes.covers
+    no_uses: tuple = ()
 
     def last_write(bk: BlockKey, box: boxes.Box) -> int:
         d = writes_of.get(bk)
         if d is None:
             return -1
-        last = d.get(box, -1)
+        last = d.items.get(box, -1)
         if last >= 0 and (last == latest[bk] or bk not in tangled):
             return last  # the newest write, or written boxes are disjoint
         seqs = d.items
@@ -161,8 +187,9 @@ def _cse(prog: Program, disabled: set):
         latest[bk] = seq
         d = writes_of.get(bk)
         if d is None:
-            d = writes_of[bk] = boxes.BoxMap()
-        elif box not in d.items:
+            writes_of[bk] = boxes.BoxMap({box: seq})
+            return
+        if box not in d.items:
             for old in d.overlapping(box):
                 if covers(box, old):
                     del d[old]   # cannot be the latest write of anything any more
@@ -170,62 +197,82 @@ def _cse(prog: Program, disabled: set):
                     tangled.add(bk)
         d[box] = seq
 
+    def resolve(reads: list[Access]):
+        """Reads redirected to the earlier results they alias: (resolved reads, the reads
+        left direct, (target block, group) of every aliased piece)."""
+        resolved: list[Access] = []
+        direct: list[Access] = []
+        uses: list[tuple[BlockKey, object]] = []
+        for acc in reads:
+            bk, box = acc
+            pieces = alias.get(bk)
+            if not pieces:
+                resolved.append(acc)
+                direct.append(acc)
+                continue
+            hit = pieces.get(box)
+            if hit is None and len(pieces) == 1:
+                pbox, hit = next(iter(pieces.items()))
+                if not (covers(pbox, box) and overlaps(pbox, box)):
+                    hit = None
+            if hit is not None:   # one piece holds all of the box
+                tbk, delta, group = hit
+                resolved.append((tbk, boxes.shift(box, delta)))
+                uses.append((tbk, group))
+                continue
+            covered = 0
+            for pbox, (tbk, delta, group) in pieces.items():
+                if overlaps(pbox, box):
+                    part = boxes.intersect(pbox, box)
+                    resolved.append((tbk, boxes.shift(part, delta)))
+                    uses.append((tbk, group))
+                    covered += boxes.volume(part)
+            if covered < boxes.volume(box):
+                resolved.append(acc)
+                direct.append(acc)
+        return resolved, direct, uses
+
     for seq, op in enumerate(prog.ops):
         reads = op.reads
         direct = reads
-        uses: list[tuple[BlockKey, object]] = []
-        if alias and any(bk in alias for bk, _ in reads):
-            resolved: list[Access] = []
-            direct = []
-            for acc in reads:
-                bk, box = acc
-                pieces = alias.get(bk)
-                if not pieces:
-                    resolved.append(acc)
-                    direct.append(acc)
-                    continue
-                hit = pieces.get(box)
-                if hit is not None:
-                    tbk, delta, group = hit
-                    resolved.append((tbk, boxes.shift(box, delta)))
-                    uses.append((tbk, group))
-                    continue
-                covered = 0
-                for pbox, (tbk, delta, group) in pieces.items():
-                    if overlaps(pbox, box):
-                        part = boxes.intersect(pbox, box)
-                        resolved.append((tbk, boxes.shift(part, delta)))
-                        uses.append((tbk, group))
-                        covered += boxes.volume(part)
-                if covered < boxes.volume(box):
-                    resolved.append(acc)
-                    direct.append(acc)
-            reads = resolved
-        if op.cse and op.writes:
-            group = site_of[op.writes[0][0]]
-            if group not in disabled:
-                mm = op.mm
-                key = (op.kind, op.dtype, op.func, op.P, op.N, op.dma_bytes,
-                       (mm.K, mm.M, mm.N, mm.is_transpose, mm.stationary_onezero) if mm else None,
-                       tuple([(bk, box, last_write(bk, box)) for bk, box in reads]),
-                       tuple([boxes.shape(box) for _, box in op.writes]))
-                entry = table.get(key)
-                if entry is not None and all(last_write(bk, box) == entry[0] for bk, box in entry[1]):
-                    for (wbk, wbox), (cbk, cbox) in zip(op.writes, entry[1]):
-                        pieces = alias.get(wbk)
-                        if pieces is None:
-                            pieces = alias[wbk] = {}
-                        elif wbox not in pieces:
+        uses = no_uses
+        if alias:
+            for bk, _ in reads:
+                if bk in alias:
+                    reads, direct, uses = resolve(reads)
+                    break
+        cand = cands[seq]
+        if cand is not None and cand[0] not in disabled:
+            group = cand[0]
+            key = (cand[1], tuple([(bk, box, last_write(bk, box)) for bk, box in reads]))
+            entry = table.get(key)
+            same = entry is not None   # and the earlier results are still there
+            if same:
+                for bk, box in entry[1]:
+                    if last_write(bk, box) != entry[0]:
+                        same = False
+                        break
+            if same:
+                for (wbk, wbox), (cbk, cbox) in zip(op.writes, entry[1]):
+                    piece = (cbk, boxes.offset(wbox, cbox), group)
+                    pieces = alias.get(wbk)
+                    if pieces is None:
+                        alias[wbk] = {wbox: piece}
+                    else:
+                        if wbox not in pieces:
                             for old in [b for b in pieces if covers(wbox, b)]:
                                 del pieces[old]
-                        _add_piece(pieces, wbox, (cbk, boxes.offset(wbox, cbox), group))
-                        record_write(wbk, wbox, seq)
-                    removed += 1
-                    used_groups.add(group)
-                    if uses:
-                        feeds.setdefault(group, set()).update(g for _, g in uses)
-                    continue
-                table[key] = (seq, op.writes)
+                        _add_piece(pieces, wbox, piece)
+                    record_write(wbk, wbox, seq)
+                removed += 1
+                used_groups.add(group)
+                if uses:
+                    fed = feeds.get(group)
+                    if fed is None:
+                        fed = feeds[group] = set()
+                    fed.update([g for _, g in uses])
+                continue
+            table[key] = (seq, op.writes)
         for tbk_group in uses:
             alias_last[tbk_group] = seq
         for bk, _ in direct:
@@ -295,30 +342,20 @@ Accesses = list[tuple[Op, bool, int]]   # (op, is_write, index in op.reads / op.
 
 class _Liveness:
     """Live intervals (first .. last access position) of SBUF blocks, kept in NumPy arrays
-    so that the peak can be recomputed cheaply after every change."""
+    (with room to grow) so that the peak can be recomputed cheaply after every change."""
 
-    def __init__(self, prog: Program):
+    def __init__(self, prog: Program, sbuf_accesses: dict[BlockKey, Accesses]):
+        """`sbuf_accesses` as _sbuf_accesses gathers them from prog.ops in position order."""
         self.prog = prog
-        mem = prog.block_memory
-        first: dict[BlockKey, int] = {}
-        last: dict[BlockKey, int] = {}
-        for op in prog.ops:
-            p = op.pos
-            for b, _ in op.reads:
-                if mem[b] == tr.SBUF:
-                    last[b] = p
-                    if b not in first:
-                        first[b] = p
-            for b, _ in op.writes:
-                if mem[b] == tr.SBUF:
-                    last[b] = p
-                    if b not in first:
-                        first[b] = p
-        self.keys = list(first)
+        self.keys = list(sbuf_accesses)
         self.index = {b: j for j, b in enumerate(self.keys)}
-        self.starts = [first[b] for b in self.keys]
-        self.ends = [last[b] for b in self.keys]
-        self.sizes = [float(prog.block_bytes(b)) for b in self.keys]
+        n = len(self.keys)
+        self.starts = np.zeros(2 * n + 16, dtype=np.int64)
+        self.ends = np.zeros(2 * n + 16, dtype=np.int64)
+        self.sizes = np.zeros(2 * n + 16, dtype=np.float64)
+        self.starts[:n] = [accs[0][0].pos for accs in sbuf_accesses.values()]
+        self.ends[:n] = [accs[-1][0].pos for accs in sbuf_accesses.values()]
+        self.sizes[:n] = [prog.block_bytes(b) for b in self.keys]
 
     def set(self, bk: BlockKey, accs: Accesses) -> None:
         pos = [a[0].pos for a in accs if a[0].kind]
@@ -328,9 +365,11 @@ class _Liveness:
                 return
             j = self.index[bk] = len(self.keys)
             self.keys.append(bk)
-            self.starts.append(0)
-            self.ends.append(0)
-            self.sizes.append(float(self.prog.block_bytes(bk)))
+            if j == len(self.starts):   # full: double the room
+                self.starts = np.concatenate([self.starts, np.zeros_like(self.starts)])
+                self.ends = np.concatenate([self.ends, np.zeros_like(self.ends)])
+                self.sizes = np.concatenate([self.sizes, np.zeros_like(self.sizes)])
+            self.sizes[j] = self.prog.block_bytes(bk)
         if pos:
             self.starts[j], self.ends[j] = min(pos), max(pos)
         else:
@@ -339,62 +378,74 @@ class _Liveness:
     def peak(self) -> tuple[int, dict[object, list[tuple[int, BlockKey]]]]:
         """(peak bytes/partition, the blocks live at the peak per allocation site, as
         (last access, block) pairs)."""
-        if not self.keys:
+        n = len(self.keys)
+        if not n:
             return 0, {}
-        starts = np.array(self.starts, dtype=np.int64)
-        ends = np.array(self.ends, dtype=np.int64)
-        sizes = np.array(self.sizes, dtype=np.float64)
+        starts, ends, sizes = self.starts[:n], self.ends[:n], self.sizes[:n]
         valid = ends >= starts
-        length = int(ends.max()) + 2
-        foot = np.cumsum(np.bincount(starts[valid], sizes[valid], length)
-                         - np.bincount(ends[valid] + 1, sizes[valid], length))
-        at = int(np.argmax(foot))
+        if not valid.any():
+            return 0, {}
+        # The footprint only changes where a live interval starts or ends: sum it at those
+        # positions only. Its first maximum is at one of them (sizes are not negative), and
+        # the sums of whole byte counts are exact in any order.
+        size = sizes[valid]
+        points, at_point = np.unique(np.concatenate([starts[valid], ends[valid] + 1]),
+                                     return_inverse=True)
+        foot = np.cumsum(np.bincount(at_point, np.concatenate([size, -size]), len(points)))
+        k = int(np.argmax(foot))
+        at = int(points[k])
         live = np.flatnonzero((starts <= at) & (ends >= at))
         per: dict[object, list[tuple[int, BlockKey]]] = {}
-        tensors, bt = self.prog.tensors, self.prog.block_tensor
-        for j in live.tolist():
-            bk = self.keys[j]
-            per.setdefault(tensors[bt[bk]].site, []).append((int(ends[j]), bk))
-        return int(foot[at]), per
+        tensors, bt, keys = self.prog.tensors, self.prog.block_tensor, self.keys
+        for j, end in zip(live.tolist(), ends[live].tolist()):
+            bk = keys[j]
+            per.setdefault(tensors[bt[bk]].site, []).append((end, bk))
+        return int(foot[k]), per
 
 
 def _sbuf_accesses(prog: Program) -> dict[BlockKey, Accesses]:
-    """The accesses of every SBUF block, in the order of prog.ops (one pass serves all the
-    sites that overflow steps pick: a step only rewrites accesses to its own site's blocks
-    and adds ops that touch only those and HBM)."""
-    mem = prog.block_memory
+    """The accesses of every SBUF block, in the order of prog.ops, blocks in the order of
+    their first access (one pass serves the liveness and all the sites that overflow steps
+    pick: a step only rewrites accesses to its own site's blocks and adds ops that touch
+    only those and HBM)."""
+    mem, SBUF = prog.block_memory, tr.SBUF
     out: dict[BlockKey, Accesses] = {}
     for op in prog.ops:
         if not op.kind:
             continue
-        for i, (b, _) in enumerate(op.reads):
-            if mem[b] == tr.SBUF:
+        i = 0
+        for b, _ in op.reads:
+            if mem[b] == SBUF:
                 accs = out.get(b)
                 if accs is None:
                     out[b] = [(op, False, i)]
                 else:
                     accs.append((op, False, i))
-        for i, (b, _) in enumerate(op.writes):
-            if mem[b] == tr.SBUF:
+            i += 1
+        i = 0
+        for b, _ in op.writes:
+            if mem[b] == SBUF:
                 accs = out.get(b)
                 if accs is None:
                     out[b] = [(op, True, i)]
                 else:
                     accs.append((op, True, i))
+            i += 1
     return out
 
 
 def _accesses_of(prog: Program, sbuf_accesses: dict[BlockKey, Accesses],
                  tids: set[int]) -> dict[BlockKey, Accesses]:
-    """The accesses of the blocks of tensors `tids`, each block's in position order."""
+    """The accesses of the blocks of tensors `tids`, each block's in position order (as
+    gathered: prog.ops was in position order then)."""
     bt = prog.block_tensor
-    out = {b: sorted(accs, key=lambda a: a[0].pos)
-           for b, accs in sbuf_accesses.items() if bt[b] in tids}
-    return out
+    return {b: accs for b, accs in sbuf_accesses.items() if bt[b] in tids}
 
 
 def _resolve_overflow(prog: Program, hw: Hardware, report: CompilerReport) -> None:
-    live = _Liveness(prog)
+    # prog.ops is still in program (= position) order here.
+    sbuf_accesses = _sbuf_accesses(prog)
+    live = _Liveness(prog, sbuf_accesses)
     capacity = hw.sbuf_usable_bytes_per_partition
     site_block_bytes: dict[object, int] = {}
     for m in prog.tensors.values():
@@ -402,7 +453,6 @@ def _resolve_overflow(prog: Program, hw: Hardware, report: CompilerReport) -> No
     done: set[BlockKey] = set()
     spill_tensor: dict[object, int] = {}
     site_accesses: dict[object, dict[BlockKey, Accesses]] = {}
-    sbuf_accesses: dict[BlockKey, Accesses] | None = None   # gathered at the first step
     peak, per = live.peak()
     report.sbuf_peak_as_written = report.sbuf_peak = peak
     for _ in range(MAX_OVERFLOW_STEPS):
@@ -424,8 +474,6 @@ def _resolve_overflow(prog: Program, hw: Hardware, report: CompilerReport) -> No
         tids = {t for t, m in prog.tensors.items() if m.site == site and m.memory == tr.SBUF}
         blocks = site_accesses.get(site)
         if blocks is None:  # untouched blocks keep their accesses: computed once per site
-            if sbuf_accesses is None:
-                sbuf_accesses = _sbuf_accesses(prog)
             blocks = site_accesses[site] = _accesses_of(prog, sbuf_accesses, tids)
         tid = min(tids, key=abs)
         meta = prog.tensors[tid]

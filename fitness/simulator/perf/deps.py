@@ -18,8 +18,8 @@ from .params import Params
 
 def build(prog: Program, hw: Hardware, params: Params) -> list[list[int]]:
     """preds[i] = indices of the ops op i waits for (all smaller than i)."""
-    preds, first, last = _data_edges(prog)
-    for i, extra in _slot_edges(prog, first, last, hw, params).items():
+    preds, onchip, first, last = _data_edges(prog)
+    for i, extra in _slot_edges(prog, onchip, first, last, hw, params).items():
         preds[i] = sorted(set(preds[i]).union(extra))
     return preds
 
@@ -34,18 +34,26 @@ def _skip(prog: Program) -> list[bool]:
 
 
 def _data_edges(prog: Program):
-    """Data edges, plus the first and last op index of every on-chip block.
+    """Data edges, plus the on-chip blocks in the order of their first access and the
+    first and last op index of every block (-1: not accessed; on-chip blocks only).
 
     Per block, the latest writer of every written box and the readers of every read box
     since; a block whose written boxes are pairwise disjoint ("untangled", the usual case:
-    whole tiles or slices) answers an access to exactly one of its boxes without scanning."""
+    whole tiles or slices) answers an access to exactly one of its boxes without scanning.
+    Per-block state is in lists indexed by block (blocks are small ints). Readers are
+    recorded only while a later op still writes the block: no other op looks at them."""
     skip = _skip(prog)
     mem = prog.block_memory
-    writers: dict[BlockKey, boxes.BoxMap] = {}   # box -> latest writer
-    readers: dict[BlockKey, dict[boxes.Box, list[int]]] = {}
+    n = len(mem)
+    last_write = [-1] * n
+    for i, op in enumerate(prog.ops):
+        for bk, _ in op.writes:
+            last_write[bk] = i
+    writers: list[boxes.BoxMap | None] = [None] * n   # box -> latest writer
+    readers: list[dict[boxes.Box, list[int]] | None] = [None] * n
     tangled: set[BlockKey] = set()
-    first: dict[BlockKey, int] = {}
-    last: dict[BlockKey, int] = {}
+    onchip: list[BlockKey] = []
+    first, last = [-1] * n, [-1] * n
     overlaps, covers = boxes.overlaps, boxes.covers
     preds: list[list[int]] = []
     HBM = tr.HBM
@@ -53,20 +61,23 @@ def _data_edges(prog: Program):
         deps: list[int] = []
         for bk, box in op.reads:
             if mem[bk] != HBM:
-                last[bk] = i
-                if bk not in first:
+                if first[bk] < 0:
                     first[bk] = i
+                    onchip.append(bk)
+                last[bk] = i
             elif skip[bk]:
                 continue
-            ws = writers.get(bk)
-            if ws:
-                j = ws.get(box)
+            ws = writers[bk]
+            if ws is not None:
+                j = ws.items.get(box)
                 if j is not None and bk not in tangled:
                     deps.append(j)
                 else:
                     latest = ws.items
                     deps.extend([latest[wbox] for wbox in ws.overlapping(box)])
-            rs = readers.get(bk)
+            if last_write[bk] <= i:
+                continue
+            rs = readers[bk]
             if rs is None:
                 readers[bk] = {box: [i]}
             else:
@@ -77,16 +88,17 @@ def _data_edges(prog: Program):
                     lst.append(i)
         for bk, box in op.writes:
             if mem[bk] != HBM:
-                last[bk] = i
-                if bk not in first:
+                if first[bk] < 0:
                     first[bk] = i
+                    onchip.append(bk)
+                last[bk] = i
             elif skip[bk]:
                 continue
-            ws = writers.get(bk)
+            ws = writers[bk]
             if ws is None:
-                ws = writers[bk] = boxes.BoxMap()
+                writers[bk] = boxes.BoxMap({box: i})
             else:
-                j = ws.get(box)
+                j = ws.items.get(box)
                 if j is not None and bk not in tangled:
                     deps.append(j)
                 else:
@@ -96,12 +108,12 @@ def _data_edges(prog: Program):
                             del ws[wbox]
                         else:
                             tangled.add(bk)
-            ws[box] = i
-            rs = readers.get(bk)
+                ws[box] = i
+            rs = readers[bk]
             if rs:
                 for rbox, js in list(rs.items()):
                     if rbox == box or overlaps(rbox, box):
-                        deps.extend(j for j in js if j != i)
+                        deps.extend([j for j in js if j != i])
                         if covers(box, rbox):
                             if i in js:
                                 rs[rbox] = [i]
@@ -112,7 +124,7 @@ def _data_edges(prog: Program):
         if deps and deps[-1] == i:
             deps.pop()
         preds.append(deps)
-    return preds, first, last
+    return preds, onchip, first, last
 
 
 def _innermost_kind(op: Op, loops: dict[int, tr.Loop]) -> str:
@@ -122,12 +134,12 @@ def _innermost_kind(op: Op, loops: dict[int, tr.Loop]) -> str:
     return loop.kind if loop else ""
 
 
-def _slot_edges(prog: Program, first: dict[BlockKey, int], last: dict[BlockKey, int],
+def _slot_edges(prog: Program, onchip: list[BlockKey], first: list[int], last: list[int],
                 hw: Hardware, params: Params) -> dict[int, list[int]]:
     ops, tensors, loops = prog.ops, prog.tensors, prog.loops
     mem = prog.block_memory
     sites: dict[object, list[BlockKey]] = {}
-    for bk in first:
+    for bk in onchip:
         if mem[bk] == tr.PSUM:
             site: object = tr.PSUM  # one pool: the banks
         else:
@@ -142,8 +154,9 @@ def _slot_edges(prog: Program, first: dict[BlockKey, int], last: dict[BlockKey, 
         sites.setdefault(site, []).append(bk)
     share = params.buffer_share * hw.sbuf_usable_bytes_per_partition
     extra: dict[int, list[int]] = {}
+    # `onchip` lists blocks in the order of their first access, so every site's instances
+    # are in that order too.
     for site, instances in sites.items():
-        instances.sort(key=first.__getitem__)
         if site == tr.PSUM:
             slots = hw.psum_banks
         else:
@@ -154,5 +167,9 @@ def _slot_edges(prog: Program, first: dict[BlockKey, int], last: dict[BlockKey, 
         for k in range(slots, len(instances)):
             start, prev_end = first[instances[k]], last[instances[k - slots]]
             if prev_end < start:
-                extra.setdefault(start, []).append(prev_end)
+                waits = extra.get(start)
+                if waits is None:
+                    extra[start] = [prev_end]
+                else:
+                    waits.append(prev_end)
     return extra

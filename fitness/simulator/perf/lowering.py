@@ -153,30 +153,50 @@ def lower(trace: tr.Trace) -> Program:
     split = {tid: (info.partition_axis or 0) if info.memory != tr.HBM else 0
              for tid, info in infos.items()}
     ids = prog._ids
+    # Instructions touch the same regions over and over (a tile written once, read by
+    # many), and the trace shares one Region object between them: each object is split
+    # once, and its accesses are shared. The trace keeps every region alive meanwhile, so
+    # their ids are unique.
+    seen: dict[int, list[Access]] = {}
+
+    def split_region(r: tr.Region) -> list[Access]:
+        pa = split[r.tensor]
+        box = r.box
+        if pa == 0:
+            key = (r.tensor, ())
+        elif pa == 1:   # the usual cases: one or two block dims
+            a, b = box[0]
+            if b - a != 1:
+                return accesses(prog, r, infos[r.tensor])
+            key = (r.tensor, (a,))
+            box = box[1:]
+        elif pa == 2:
+            (a0, b0), (a1, b1) = box[0], box[1]
+            if b0 - a0 + b1 - a1 != 2:
+                return accesses(prog, r, infos[r.tensor])
+            key = (r.tensor, (a0, a1))
+            box = box[2:]
+        else:
+            outer = box[:pa]
+            blk = tuple([a for a, _ in outer])
+            if sum([b for _, b in outer]) - sum(blk) != pa:   # some block dim not a scalar
+                return accesses(prog, r, infos[r.tensor])
+            key = (r.tensor, blk)
+            box = box[pa:]
+        b = ids.get(key)
+        return [(b if b is not None else prog.block(key), box)]
 
     def acc(regions: tuple[tr.Region, ...]) -> list[Access]:
         out: list[Access] = []
         for r in regions:
-            pa = split[r.tensor]
-            box = r.box
-            if pa == 0:
-                key = (r.tensor, ())
-            else:
-                outer = box[:pa]
-                blk = tuple([a for a, _ in outer])
-                if sum([b for _, b in outer]) - sum(blk) != pa:   # some block dim not a scalar
-                    out.extend(accesses(prog, r, infos[r.tensor]))
-                    continue
-                key = (r.tensor, blk)
-                box = box[pa:]
-            b = ids.get(key)
-            out.append((b if b is not None else prog.block(key), box))
+            pieces = seen.get(id(r))
+            if pieces is None:
+                pieces = seen[id(r)] = split_region(r)
+            out += pieces
         return out
 
-    for ins in trace.instrs:
-        ops.append(_op(prog, ins, acc(ins.reads), acc(ins.writes), infos))
-    for i, op in enumerate(ops):
-        op.pos = 4 * i
+    for i, ins in enumerate(trace.instrs):
+        ops.append(_op(prog, ins, acc(ins.reads), acc(ins.writes), infos, 4 * i))
     return prog
 
 
@@ -193,21 +213,24 @@ def _engines(ins: tr.Instr) -> tuple[str, ...]:
 
 
 def _op(prog: Program, ins: tr.Instr, reads: list[Access], writes: list[Access],
-        infos: dict[int, tr.TensorInfo]) -> Op:
-    op = Op(ins.kind, _engines(ins), ins.dtype, tuple(ins.in_dtypes), ins.partitions, ins.free,
-            reads, writes, ins.loop_path, ins.line, ins.func, ins.mm, psum_inputs=ins.psum_inputs,
-            strided=ins.strided, cse=ins.kind in CSE_KINDS and ins.op not in COMPILER_EXPANDED,
-            origin=ins.id)
-    if ins.dma is not None:
-        op.dma_bytes = ins.dma.bytes
-        op.dma_run_bytes = ins.dma.run_bytes
-        op.P = ins.dma.partitions or ins.partitions
-        hbm = [r for r in (ins.reads + ins.writes) if infos[r.tensor].memory == tr.HBM]
-        op.hbm_tensor_kind = infos[hbm[0].tensor].kind if hbm else ""
-    if ins.kind == tr.COPY and ins.func not in ("", "copy"):
-        op.cse = False  # only plain copies are provably identical
+        infos: dict[int, tr.TensorInfo], pos: int) -> Op:
+    kind = ins.kind
+    # Only plain copies are provably identical.
+    cse = (kind in CSE_KINDS and ins.op not in COMPILER_EXPANDED
+           and not (kind == tr.COPY and ins.func not in ("", "copy")))
     mem = prog.block_memory
+    psum_out = False
     for b, _ in writes:
         if mem[b] == tr.PSUM:
-            op.psum_out = True
+            psum_out = True
+    op = Op(kind, _engines(ins), ins.dtype, tuple(ins.in_dtypes), ins.partitions, ins.free,
+            reads, writes, ins.loop_path, ins.line, ins.func, ins.mm, psum_inputs=ins.psum_inputs,
+            strided=ins.strided, cse=cse, psum_out=psum_out, pos=pos, origin=ins.id)
+    dma = ins.dma
+    if dma is not None:
+        op.dma_bytes = dma.bytes
+        op.dma_run_bytes = dma.run_bytes
+        op.P = dma.partitions or ins.partitions
+        hbm = [r for r in (ins.reads + ins.writes) if infos[r.tensor].memory == tr.HBM]
+        op.hbm_tensor_kind = infos[hbm[0].tensor].kind if hbm else ""
     return op

@@ -139,16 +139,19 @@ def summary(prof: dict) -> str:
 
 def estimate_with(trace: tr.Trace, hw: Hardware, params: Params) -> PerfEstimate:
     # The passes allocate many long-lived objects and no reference cycles: the cyclic
-    # garbage collector would only rescan them over and over.
+    # garbage collector would only rescan them over and over. They are also freed before
+    # collection resumes: the collector's next run would otherwise traverse all of them
+    # (they are all in its youngest generation).
     collecting = gc.isenabled()
     gc.disable()
     try:
         prep = prepare(trace, hw, params)
         sched = schedule(prep.prog, prep.preds, hw, params)
+        latency_ms, prof = profile_of(prep, sched, hw, params)
+        del prep, sched
     finally:
         if collecting:
             gc.enable()
-    latency_ms, prof = profile_of(prep, sched, hw, params)
     return PerfEstimate(latency_ms, prof, summary(prof))
 
 

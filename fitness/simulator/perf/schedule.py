@@ -15,6 +15,7 @@ import bisect
 import math
 from collections import deque
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from .. import trace as tr
 from .costs import DmaEfficiency, duration_ns
@@ -94,7 +95,12 @@ class Timeline:
 
     def reserve(self, t: float, dur: float) -> None:
         if dur > 0:
-            self._mark(bisect.bisect_right(self.ends, t), t, t + dur)
+            e = self.ends
+            if not e or t > e[-1]:   # after the last interval (the usual case)
+                self.starts.append(t)
+                e.append(t + dur)
+            else:
+                self._mark(bisect.bisect_right(e, t), t, t + dur)
 
     def total(self) -> float:
         return sum(b - a for a, b in zip(self.starts, self.ends))
@@ -166,7 +172,7 @@ def schedule(prog: Program, preds: list[list[int]], hw: Hardware, params: Params
     drain = {e: (0.0 if e == tr.TENSOR else params.dependent_drain_cycles / hz[e] * 1e9)
              for e in COMPUTE_ENGINES}
     sem = params.semaphore_ns
-    uses_gpsimd = any(op.engines == (tr.GPSIMD_ENGINE,) for op in ops)
+    uses_gpsimd = (tr.GPSIMD_ENGINE,) in set(map(attrgetter("engines"), ops))
     sbuf_port = Timeline() if hw.shared_sbuf_port and uses_gpsimd else None
     psum_port = Timeline() if hw.shared_psum_port else None
     vg, vs = set(hw.shared_sbuf_port), set(hw.shared_psum_port)
@@ -177,10 +183,13 @@ def schedule(prog: Program, preds: list[list[int]], hw: Hardware, params: Params
     efficiency = DmaEfficiency(hw.dma_efficiency)
     ring_busy = 0.0
     per_ring = hw.partitions_per_dma_engine
+    n_dma, dma_fixed = hw.dma_engines, params.dma_fixed_ns
+    occupancy: dict[tuple[int, int, int], tuple[int, float]] = {}   # DMA shapes repeat
+    DMA, SCALAR, GPSIMD = tr.DMA, tr.SCALAR, tr.GPSIMD_ENGINE
 
     for i, op in enumerate(ops):
         engines = op.engines
-        if engines[0] == tr.DMA:
+        if engines[0] == DMA:
             ready = 0.0
             for p in preds[i]:
                 if end[p] > ready:
@@ -188,20 +197,24 @@ def schedule(prog: Program, preds: list[list[int]], hw: Hardware, params: Params
             nbytes = op.dma_bytes
             if nbytes <= 0:
                 start[i] = end[i] = ready
-                engine_of[i] = tr.DMA
+                engine_of[i] = DMA
                 continue
-            parts = max(op.P, 1)
-            n_rings = min(hw.dma_engines, max(1, -(-parts // per_ring)))
-            p0 = _partition_start(op, mem)
-            first = (p0 // per_ring) % hw.dma_engines
-            per_partition = nbytes / parts
-            run = op.dma_run_bytes
-            desc = min(run, per_partition) if run > 0 else per_partition
-            occ = nbytes / n_rings / (ring_bw * efficiency(desc)) + hw.dge_ns_per_dma
+            shape = (nbytes, op.P, op.dma_run_bytes)
+            rings_occ = occupancy.get(shape)
+            if rings_occ is None:
+                parts = max(op.P, 1)
+                n_rings = min(n_dma, max(1, -(-parts // per_ring)))
+                per_partition = nbytes / parts
+                run = op.dma_run_bytes
+                desc = min(run, per_partition) if run > 0 else per_partition
+                occ = nbytes / n_rings / (ring_bw * efficiency(desc)) + hw.dge_ns_per_dma
+                rings_occ = occupancy[shape] = (n_rings, occ)
+            n_rings, occ = rings_occ
+            first = (_partition_start(op, mem) // per_ring) % n_dma
             q = queue_free[QUEUE_OF.get(op.kind, 0)]
             finish, t_first = 0.0, INF
             for k in range(n_rings):
-                r = (first + k) % hw.dma_engines
+                r = (first + k) % n_dma
                 s = ready if ready > q[r] else q[r]
                 f = rings[r].fill(s, occ)
                 q[r] = f
@@ -211,17 +224,17 @@ def schedule(prog: Program, preds: list[list[int]], hw: Hardware, params: Params
                     t_first = s
             ring_busy += occ * n_rings
             start[i] = t_first
-            end[i] = finish + params.dma_fixed_ns
-            engine_of[i] = tr.DMA
+            end[i] = finish + dma_fixed
+            engine_of[i] = DMA
             continue
 
         touches_psum = op.psum_inputs > 0 or op.psum_out
         candidates = range(len(engines))
         if len(engines) > 1:
-            if tr.SCALAR in engines and _prefers_scalar(op):
-                candidates = (engines.index(tr.SCALAR),)
-            elif tr.GPSIMD_ENGINE in engines:
-                candidates = [k for k, e in enumerate(engines) if e != tr.GPSIMD_ENGINE]
+            if SCALAR in engines and _prefers_scalar(op):
+                candidates = (engines.index(SCALAR),)
+            elif GPSIMD in engines:
+                candidates = [k for k, e in enumerate(engines) if e != GPSIMD]
         best = None
         pi = preds[i]
         for k in candidates:
@@ -230,7 +243,7 @@ def schedule(prog: Program, preds: list[list[int]], hw: Hardware, params: Params
             for p in pi:
                 ep = engine_of[p]
                 t = end[p]
-                if ep != tr.DMA:
+                if ep != DMA:
                     t += drain[e] if ep == e else sem
                 if t > ready:
                     ready = t
