@@ -93,12 +93,6 @@ class BoxMap:
         self.items: dict[Box, object] = {} if items is None else items
         self._trie: dict | None = None
 
-    def __len__(self) -> int:
-        return len(self.items)
-
-    def get(self, box: Box, default=None):
-        return self.items.get(box, default)
-
     def __setitem__(self, box: Box, value) -> None:
         if self._trie is not None and box not in self.items:
             self._insert(box)

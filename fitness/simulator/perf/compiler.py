@@ -211,11 +211,7 @@ def _cse(prog: Program, disabled: set, cands: list, untracked: list[bool]):
                 direct.append(acc)
                 continue
             hit = pieces.get(box)
-            if hit is None and len(pieces) == 1:
-                pbox, hit = next(iter(pieces.items()))
-                if not (covers(pbox, box) and overlaps(pbox, box)):
-                    hit = None
-            if hit is not None:   # one piece holds all of the box
+            if hit is not None:   # one piece is exactly the box
                 tbk, delta, group = hit
                 resolved.append((tbk, boxes.shift(box, delta)))
                 uses.append((tbk, group))
@@ -246,13 +242,8 @@ def _cse(prog: Program, disabled: set, cands: list, untracked: list[bool]):
             group = cand[0]
             key = (cand[1], tuple([(bk, box, last_write(bk, box)) for bk, box in reads]))
             entry = table.get(key)
-            same = entry is not None   # and the earlier results are still there
-            if same:
-                for bk, box in entry[1]:
-                    if last_write(bk, box) != entry[0]:
-                        same = False
-                        break
-            if same:
+            # A duplicate, if the earlier results are still there.
+            if entry is not None and all(last_write(bk, box) == entry[0] for bk, box in entry[1]):
                 for (wbk, wbox), (cbk, cbox) in zip(op.writes, entry[1]):
                     piece = (cbk, boxes.offset(wbox, cbox), group)
                     pieces = alias.get(wbk)
@@ -267,10 +258,7 @@ def _cse(prog: Program, disabled: set, cands: list, untracked: list[bool]):
                 removed += 1
                 used_groups.add(group)
                 if uses:
-                    fed = feeds.get(group)
-                    if fed is None:
-                        fed = feeds[group] = set()
-                    fed.update([g for _, g in uses])
+                    feeds.setdefault(group, set()).update([g for _, g in uses])
                 continue
             table[key] = (seq, op.writes)
         for tbk_group in uses:

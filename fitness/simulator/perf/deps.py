@@ -167,9 +167,5 @@ def _slot_edges(prog: Program, onchip: list[BlockKey], first: list[int], last: l
         for k in range(slots, len(instances)):
             start, prev_end = first[instances[k]], last[instances[k - slots]]
             if prev_end < start:
-                waits = extra.get(start)
-                if waits is None:
-                    extra[start] = [prev_end]
-                else:
-                    waits.append(prev_end)
+                extra.setdefault(start, []).append(prev_end)
     return extra

@@ -164,18 +164,6 @@ def lower(trace: tr.Trace) -> Program:
         box = r.box
         if pa == 0:
             key = (r.tensor, ())
-        elif pa == 1:   # the usual cases: one or two block dims
-            a, b = box[0]
-            if b - a != 1:
-                return accesses(prog, r, infos[r.tensor])
-            key = (r.tensor, (a,))
-            box = box[1:]
-        elif pa == 2:
-            (a0, b0), (a1, b1) = box[0], box[1]
-            if b0 - a0 + b1 - a1 != 2:
-                return accesses(prog, r, infos[r.tensor])
-            key = (r.tensor, (a0, a1))
-            box = box[2:]
         else:
             outer = box[:pa]
             blk = tuple([a for a, _ in outer])

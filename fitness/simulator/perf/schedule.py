@@ -15,7 +15,6 @@ import bisect
 import math
 from collections import deque
 from dataclasses import dataclass, field
-from operator import attrgetter
 
 from .. import trace as tr
 from .costs import DmaEfficiency, duration_ns
@@ -172,7 +171,7 @@ def schedule(prog: Program, preds: list[list[int]], hw: Hardware, params: Params
     drain = {e: (0.0 if e == tr.TENSOR else params.dependent_drain_cycles / hz[e] * 1e9)
              for e in COMPUTE_ENGINES}
     sem = params.semaphore_ns
-    uses_gpsimd = (tr.GPSIMD_ENGINE,) in set(map(attrgetter("engines"), ops))
+    uses_gpsimd = any(op.engines == (tr.GPSIMD_ENGINE,) for op in ops)
     sbuf_port = Timeline() if hw.shared_sbuf_port and uses_gpsimd else None
     psum_port = Timeline() if hw.shared_psum_port else None
     vg, vs = set(hw.shared_sbuf_port), set(hw.shared_psum_port)
