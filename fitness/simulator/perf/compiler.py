@@ -354,9 +354,8 @@ class _Liveness:
             j = self.index[bk] = len(self.keys)
             self.keys.append(bk)
             if j == len(self.starts):   # full: double the room
-                self.starts = np.concatenate([self.starts, np.zeros_like(self.starts)])
-                self.ends = np.concatenate([self.ends, np.zeros_like(self.ends)])
-                self.sizes = np.concatenate([self.sizes, np.zeros_like(self.sizes)])
+                self.starts, self.ends, self.sizes = [
+                    np.concatenate([a, np.zeros_like(a)]) for a in (self.starts, self.ends, self.sizes)]
             self.sizes[j] = self.prog.block_bytes(bk)
         if pos:
             self.starts[j], self.ends[j] = min(pos), max(pos)
