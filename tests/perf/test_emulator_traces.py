@@ -30,9 +30,12 @@ def test_silu_baseline_counters_and_tile_sizes():
         assert est.profile["hbm_read_bytes"] == est.profile["hbm_write_bytes"] == M * N * 4
         assert est.profile["hardware_flops"] == 0
         lat[n] = est.latency_ms
-    # Larger loads: better DMA efficiency and fewer instructions, so faster.
-    assert lat[256] > lat[512] > lat[1024] >= lat[2048]
-    assert lat[256] > 1.3 * lat[2048]
+    # 1 KiB loads per partition (DMA efficiency 0.42) make it DMA-bound. From 2 KiB on the
+    # same compute instructions bound it (VectorE, as on trn1), so the load size changes
+    # only how long the pipeline takes to fill and drain.
+    wide = [lat[n] for n in (512, 1024, 2048)]
+    assert lat[256] > 1.3 * max(wide)
+    assert max(wide) < 1.05 * min(wide)
 
 
 @pytest.fixture(scope="module")
@@ -55,8 +58,8 @@ def test_official_kernels_median_error_and_ranking(model_check_result):
 
 @pytest.mark.slow
 @pytest.mark.xfail(strict=True, reason="performance-model acceptance not met yet: held-out errors of adamw "
-                   "(+83%) and silu (+60%) exceed 35%, and mamba's bottleneck (DMA vs VectorE) disagrees; "
-                   "strict, so meeting it shows here")
+                   "(+37%), mamba (-36%) and silu (-34%) exceed 35%, and silu's held-out bottleneck (DMA vs "
+                   "VectorE) disagrees; strict, so meeting it shows here")
 def test_official_kernels_max_error_and_bottlenecks(model_check_result):
     s = model_check_result["summary"]
     assert s["max_abs_rel_error"] <= 0.35

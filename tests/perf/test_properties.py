@@ -157,7 +157,10 @@ def test_sequential_dependency_chain_does_not_overlap():
 def test_silu_larger_tiles_are_faster(target):
     lat = [estimate(silu_trace(1024, 8192, n, min(n, 2048)), target).latency_ms
            for n in (256, 512, 1024, 2048)]
-    assert lat == sorted(lat, reverse=True) and lat[0] > 1.2 * lat[-1]
+    # 1 -> 2 -> 4 KiB per partition: DMA efficiency 0.42 -> 0.81 -> 0.97 and fewer
+    # instructions. 8 KiB gains little more (0.98) and fills the pipeline more slowly.
+    assert lat[0] > lat[1] > lat[2] and lat[0] > 1.2 * lat[3]
+    assert lat[3] < 1.05 * lat[2]
 
 
 def test_estimate_is_deterministic_and_complete():
