@@ -120,7 +120,8 @@ TRN1 = Hardware(
     shared_psum_port=("V", "S"),    # ARCH1: VectorE/ScalarE share PSUM access
     profiler_hz=1.4e9,              # SCHEMA neuroncore_cycle_count
     tensor_peak_flops=2 * 128 * 128 * 2.8e9,   # SCHEMA hfu: 2 x PEs x clock = 91.75 TFLOP/s
-    notes="calibrated on the 14 NKIBench baselines measured on trn1 (see perf/calibration.md)",
+    notes="calibrated on the 14 NKIBench baselines measured on trn1 "
+          "(procedure in perf/calibrate.py, values in perf/calibrated.py)",
 )
 
 TRN2 = Hardware(
