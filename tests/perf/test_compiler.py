@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fitness.simulator import trace as tr
 from fitness.simulator.perf import hardware
+from fitness.simulator.perf.lowering import DMA_KINDS
 from fitness.simulator.perf.model import counters, prepare
 from fitness.simulator.perf.params import DOCUMENTED
 
@@ -107,3 +108,55 @@ def test_spill_moves_only_what_does_not_fit():
     for i, op in enumerate(prep.ops):
         if op.kind == tr.DMA_SPILL_RELOAD:
             assert saves & set(prep.preds[i])
+
+
+def _scaled_pairs(op: str, *, store_scaled: bool = False, vector_scale: bool = False) -> tr.Trace:
+    """Per tile, `y = x <op> (c * x)` (the c * x a tensor_scalar with a constant, or with a
+    per-partition vector when `vector_scale`), optionally also storing c * x."""
+    b = TraceBuilder()
+    x_hbm = b.hbm((4, P, 512), name="x")
+    out = b.hbm((4, P, 512), kind="output")
+    scaled_out = b.hbm((4, P, 512), kind="output")
+    scale = b.tile((P, 1), line=1)
+    b.compute(tr.MEMSET, (), b.full(scale))
+    for t in b.loop(4, line=2):
+        x = b.tile((P, 512), line=3)
+        b.dma(tr.DMA_LOAD, tr.Region(x_hbm, ((t, t + 1), (0, P), (0, 512))), b.full(x), P)
+        cx = b.tile((P, 512), line=4)
+        reads = (b.full(x), b.full(scale)) if vector_scale else (b.full(x),)
+        b.compute(tr.TS, reads, b.full(cx), func="multiply(reverse)")
+        y = b.tile((P, 512), line=5)
+        b.compute(tr.TT, (b.full(x), b.full(cx)), b.full(y), func=op)
+        b.dma(tr.DMA_STORE, b.full(y), tr.Region(out, ((t, t + 1), (0, P), (0, 512))), P)
+        if store_scaled:
+            b.dma(tr.DMA_STORE, b.full(cx),
+                  tr.Region(scaled_out, ((t, t + 1), (0, P), (0, 512))), P)
+    return b.trace
+
+
+def _kinds(prep) -> list[tuple[str, str]]:
+    return [(op.kind, op.func) for op in prep.ops if op.kind not in DMA_KINDS and op.kind != tr.MEMSET]
+
+
+def test_tile_plus_or_minus_its_scalar_multiple_becomes_one_tensor_scalar():
+    for op in ("add", "subtract"):
+        prep = prepare(_scaled_pairs(op), HW, DOCUMENTED)
+        assert prep.report.fused_pairs == 4
+        assert _kinds(prep) == [(tr.TS, "multiply")] * 4
+
+
+def test_tile_times_its_scalar_multiple_becomes_one_scalar_engine_square():
+    prep = prepare(_scaled_pairs("multiply"), HW, DOCUMENTED)
+    assert prep.report.fused_pairs == 4
+    assert _kinds(prep) == [(tr.ACT, "square")] * 4
+    assert all(op.engines == (tr.SCALAR,) for op in prep.ops if op.kind == tr.ACT)
+
+
+def test_pairs_stay_when_the_multiple_is_used_elsewhere_or_not_a_constant_or_op_differs():
+    cases = [_scaled_pairs("subtract", store_scaled=True),   # c * x is also stored
+             _scaled_pairs("subtract", vector_scale=True),   # per-partition scale vector
+             _scaled_pairs("divide"), _scaled_pairs("maximum")]
+    for trace in cases:
+        prep = prepare(trace, HW, DOCUMENTED)
+        assert prep.report.fused_pairs == 0
+        assert [k for k, _ in _kinds(prep)] == [tr.TS, tr.TT] * 4

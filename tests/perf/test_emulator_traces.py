@@ -32,10 +32,13 @@ def test_silu_baseline_counters_and_tile_sizes():
         lat[n] = est.latency_ms
     # 1 KiB loads per partition (DMA efficiency 0.42) make it DMA-bound. From 2 KiB on the
     # same compute instructions bound it (VectorE, as on trn1), so the load size changes
-    # only how long the pipeline takes to fill and drain.
+    # only how well the few buffers per site hide each DMA's fixed latency (2 KiB loads,
+    # twice as many, hide it less well than 4 KiB ones) and how long the pipeline takes to
+    # fill and drain.
     wide = [lat[n] for n in (512, 1024, 2048)]
     assert lat[256] > 1.3 * max(wide)
-    assert max(wide) < 1.05 * min(wide)
+    assert lat[512] >= lat[1024]
+    assert max(wide) < 1.1 * min(wide)
 
 
 @pytest.fixture(scope="module")
@@ -57,9 +60,6 @@ def test_official_kernels_median_error_and_ranking(model_check_result):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="performance-model acceptance not met yet: held-out errors of adamw "
-                   "(+37%), mamba (-36%) and silu (-34%) exceed 35%, and silu's held-out bottleneck (DMA vs "
-                   "VectorE) disagrees; strict, so meeting it shows here")
 def test_official_kernels_max_error_and_bottlenecks(model_check_result):
     s = model_check_result["summary"]
     assert s["max_abs_rel_error"] <= 0.35

@@ -1,6 +1,13 @@
 """Compiler effects: what neuronx-cc does to the as-written program before it runs.
 
 Heuristic, calibrated on the measured byte and flop counters (trainium-perf-model.md §7.4):
+0. Algebraic fusion of `x op (c * x)` (a tensor_tensor add, subtract or multiply of a tile
+   and a scalar multiple of that same tile, the multiple read nowhere else): one ScalarE-able
+   instruction, `(1 +- c) * x` (tensor_scalar) or `c * x^2` (activation square), replaces
+   the pair. Inferred from adamw, the only baseline with the pattern (two per tile): its
+   measured VectorE time fits the per-element cost of rope, silu and swiglu only without
+   those two tensor_tensor instructions, and its ScalarE time still counts one ScalarE
+   instruction per pair.
 1. CSE / loop-invariant hoisting of loads, broadcast matmuls, user transposes and plain
    copies whose inputs are unmodified and identical to an earlier instruction's: later
    readers use the earlier result. Applied per allocation site ("group") only while the
@@ -40,6 +47,7 @@ MIN_BLOCK_BYTES = 512     # nor tiles of a few values per partition (tiny, descr
 class CompilerReport:
     """What the pass did, for the bottleneck summary and the calibration record."""
 
+    fused_pairs: int = 0
     removed_duplicates: int = 0
     hoisted_sites: int = 0
     rejected_sites: int = 0
@@ -52,10 +60,53 @@ class CompilerReport:
 def apply(prog: Program, hw: Hardware, params: Params) -> CompilerReport:
     """Rewrite `prog` in place (ops, tensors, blocks) and report what changed."""
     report = CompilerReport()
+    report.fused_pairs = _fuse_scaled_pairs(prog)
     _hoist(prog, hw, params, report)
     _resolve_overflow(prog, hw, report)
     prog.ops = sorted([op for op in prog.ops if op.kind], key=attrgetter("pos"))
     return report
+
+
+# ------------------------------------------------------------------------ algebraic fusion
+
+FUSABLE = ("add", "subtract", "multiply")
+
+
+def _fuse_scaled_pairs(prog: Program) -> int:
+    """Step 0 (module doc): rewrite `x op tensor_scalar(x, multiply, c)` into one
+    instruction on x and drop the tensor_scalar. Returns the number of pairs fused."""
+    ops = prog.ops
+    if not any(op.kind == tr.TS for op in ops):
+        return 0
+    mem = prog.block_memory
+    writer: dict[Access, int] = {}
+    reads_of_block = [0] * len(mem)
+    last_write = [-1] * len(mem)
+    for i, op in enumerate(ops):
+        for bk, _ in op.reads:
+            reads_of_block[bk] += 1
+    fused = 0
+    for i, op in enumerate(ops):
+        if op.kind == tr.TT and op.func in FUSABLE and len(op.reads) == 2:
+            for x, y in (op.reads, op.reads[::-1]):
+                j = writer.get(y, -1)
+                ts = ops[j] if j >= 0 else None
+                if (ts is None or ts.kind != tr.TS or ts.reads != [x] or "," in ts.func
+                        or not ts.func.startswith("multiply") or reads_of_block[y[0]] != 1
+                        or mem[y[0]] == tr.HBM or last_write[x[0]] > j):
+                    continue
+                if op.func == "multiply":   # c * x * x: activation(square, scale=sqrt(c))
+                    op.kind, op.engines, op.func = tr.ACT, (tr.SCALAR,), "square"
+                else:                       # x +- c * x = (1 +- c) * x
+                    op.kind, op.engines, op.func = tr.TS, ts.engines, "multiply"
+                op.reads, op.in_dtypes, op.psum_inputs = [x], ts.in_dtypes, ts.psum_inputs
+                ts.kind = ""                # dropped by apply()
+                fused += 1
+                break
+        for w in op.writes:
+            writer[w] = i
+            last_write[w[0]] = i
+    return fused
 
 
 # ----------------------------------------------------------------------------------- CSE
