@@ -78,23 +78,23 @@ def _fuse_scaled_pairs(prog: Program) -> int:
     ops = prog.ops
     if not any(op.kind == tr.TS for op in ops):
         return 0
-    mem = prog.block_memory
-    writer: dict[Access, int] = {}
-    reads_of_block = [0] * len(mem)
-    last_write = [-1] * len(mem)
-    for i, op in enumerate(ops):
+    n_blocks = len(prog.block_memory)
+    reads_of_block = [0] * n_blocks
+    for op in ops:
         for bk, _ in op.reads:
             reads_of_block[bk] += 1
+    last_write = [-1] * n_blocks
+    scaled: dict[Access, int] = {}   # result of a constant-multiply tensor_scalar -> its op
     fused = 0
     for i, op in enumerate(ops):
         if op.kind == tr.TT and op.func in FUSABLE and len(op.reads) == 2:
             for x, y in (op.reads, op.reads[::-1]):
-                j = writer.get(y, -1)
-                ts = ops[j] if j >= 0 else None
-                if (ts is None or ts.kind != tr.TS or ts.reads != [x] or "," in ts.func
-                        or not ts.func.startswith("multiply") or reads_of_block[y[0]] != 1
-                        or mem[y[0]] == tr.HBM or last_write[x[0]] > j):
+                j = scaled.get(y, -1)
+                # c * x of this very x, read only here, neither rewritten since.
+                if j < 0 or ops[j].reads != [x] or reads_of_block[y[0]] != 1 \
+                        or last_write[x[0]] > j or last_write[y[0]] != j:
                     continue
+                ts = ops[j]
                 if op.func == "multiply":   # c * x * x: activation(square, scale=sqrt(c))
                     op.kind, op.engines, op.func = tr.ACT, (tr.SCALAR,), "square"
                 else:                       # x +- c * x = (1 +- c) * x
@@ -104,8 +104,10 @@ def _fuse_scaled_pairs(prog: Program) -> int:
                 fused += 1
                 break
         for w in op.writes:
-            writer[w] = i
             last_write[w[0]] = i
+        if op.kind == tr.TS and op.func.startswith("multiply") and "," not in op.func \
+                and len(op.writes) == 1:
+            scaled[op.writes[0]] = i
     return fused
 
 
