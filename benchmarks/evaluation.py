@@ -33,7 +33,7 @@ def startup_seconds(spec, launcher, repeats: int, workdir: Path) -> list[float]:
     refs = ReferenceStore(workdir / "refs").ensure(spec, [0])
     request = {"source": load(spec).baseline_source, "problem": [spec.name, list(spec.params), spec.suite_dir],
                "backend": "simulator", "target": "trn1", "options": {},
-               "cases": [{"label": "seed 0", "inputs": list(refs[0].inputs)}]}
+               "cases": [{"label": "seed 0", "inputs": refs[0].request_inputs()}]}
     times = []
     for i in range(repeats):
         run_dir = Path(tempfile.mkdtemp(dir=workdir, prefix="start-"))

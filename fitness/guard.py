@@ -27,12 +27,25 @@ _DENIED_EVENTS = frozenset({
     "os.chdir", "os.chroot", "os.chflags", "builtins.input", "builtins.breakpoint", "webbrowser.open",
     "sys.remote_exec", "os.setxattr", "os.removexattr",
 })
-_DENIED_PREFIXES = ("socket.", "ctypes.", "shutil.", "winreg.", "_winapi.", "msvcrt.")
+_DENIED_PREFIXES = ("socket.", "ctypes.", "shutil.", "winreg.", "_winapi.", "msvcrt.", "sqlite3.")
 # Path events allowed inside the working directory only.
 _WRITE_EVENTS = frozenset({"os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.truncate", "os.utime"})
 _LIST_EVENTS = frozenset({"os.listdir", "os.scandir", "glob.glob", "glob.glob/2"})
 _DENIED_IMPORTS = frozenset({"socket", "_socket", "ctypes", "_ctypes", "subprocess", "_posixsubprocess", "pty",
-                             "multiprocessing", "urllib", "http", "ssl", "_ssl", "pickle", "webbrowser"})
+                             "multiprocessing", "_multiprocessing", "_posixshmem", "urllib", "http", "ssl", "_ssl",
+                             "pickle", "webbrowser", "sqlite3", "_sqlite3", "dbm", "_dbm", "_gdbm", "shelve"})
+# Functions that start processes or create files without raising an audit event the hook
+# could refuse (`_posixsubprocess.fork_exec` raises none). The "import" event fires only for a
+# module not yet imported, and the worker's own imports (subprocess, for one) have loaded
+# some of these already, so install() replaces every reference to them in loaded modules.
+_DISARMED = {
+    "_posixsubprocess": ("fork_exec",),
+    "_posixshmem": ("shm_open", "shm_unlink"),
+    "_multiprocessing": ("sem_unlink",),
+    "_sqlite3": ("connect",),
+    "sqlite3": ("connect",),
+    "sqlite3.dbapi2": ("connect",),
+}
 
 
 class SandboxViolation(PermissionError):
@@ -100,4 +113,38 @@ def install(readable_files: Iterable[str | Path], readable_dirs: Iterable[str | 
         if event in _DENIED_EVENTS or event.startswith(_DENIED_PREFIXES):
             raise SandboxViolation(f"sandbox: {event} is not allowed")
 
+    if not allow_exec:
+        disarm()
     sys.addaudithook(hook)
+
+
+def _denied(qualname: str):
+    def denied(*args: Any, **kwargs: Any) -> Any:
+        raise SandboxViolation(f"sandbox: {qualname} is not allowed")
+    denied.__name__ = denied.__qualname__ = qualname.rsplit(".", 1)[-1]
+    return denied
+
+
+def disarm() -> list[str]:
+    """Replace the functions of `_DISARMED` everywhere a loaded module holds them (the module
+    itself and aliases such as `subprocess._fork_exec`); returns the names replaced."""
+    originals: dict[int, str] = {}
+    for mod_name, names in _DISARMED.items():
+        mod = sys.modules.get(mod_name)
+        for name in names:
+            fn = getattr(mod, name, None) if mod is not None else None
+            if fn is not None:
+                originals[id(fn)] = f"{mod_name}.{name}"
+    replaced = []
+    if not originals:
+        return replaced
+    for mod_name, mod in list(sys.modules.items()):
+        namespace = getattr(mod, "__dict__", None)
+        if not isinstance(namespace, dict):
+            continue
+        for attr, value in list(namespace.items()):
+            qualname = originals.get(id(value))
+            if qualname is not None:
+                namespace[attr] = _denied(qualname)
+                replaced.append(f"{mod_name}.{attr}")
+    return replaced

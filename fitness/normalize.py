@@ -11,11 +11,13 @@ import hashlib
 
 
 def normalize_source(source: str) -> str:
-    """Canonical text of a kernel: the AST unparsed (drops comments and layout); sources that
-    do not parse keep their text with trailing whitespace stripped."""
+    """Canonical text of a kernel: the AST unparsed (drops comments and layout). Sources that
+    do not parse, or that are nested too deeply to unparse (a hostile source can pass
+    `ast.parse` and still exhaust the recursion of `ast.unparse`), keep their text with
+    trailing whitespace stripped. Never raises for a `str`: every source gets an id."""
     try:
         return ast.unparse(ast.parse(source)) + "\n"
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return "\n".join(line.rstrip() for line in source.strip().splitlines()) + "\n"
 
 

@@ -16,8 +16,9 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence, Union
 
+from nkibench.families import STANDARD
 from nkibench.problem import ProblemSpec
 
 from .sandbox import clean_env, python_command
@@ -28,15 +29,79 @@ class ReferenceError(RuntimeError):
 
 
 @dataclass(frozen=True)
+class Scalar:
+    """A reference input that is a scalar (`eps = 1e-5`): kept as a value, never turned into an
+    array, so that the kernel receives it as the reference gives it (a Python float stays a
+    Python float, a NumPy scalar keeps its dtype)."""
+
+    value: bool | int | float
+    type: str                    # "bool", "int", "float", or the dtype name of a NumPy scalar
+
+    @classmethod
+    def of(cls, x: Any) -> "Scalar | None":
+        """The Scalar of `x`, or None when `x` is not a scalar (arrays, lists, ...)."""
+        import numpy as np
+
+        if isinstance(x, np.generic):
+            return cls(x.item(), x.dtype.name)
+        if isinstance(x, (bool, int, float)):
+            return cls(x, type(x).__name__)
+        return None
+
+    def restore(self) -> Any:
+        if self.type in _PYTHON_SCALARS:
+            return _PYTHON_SCALARS[self.type](self.value)
+        import numpy as np
+
+        return np.dtype(self.type).type(self.value)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"scalar": self.value, "type": self.type}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Scalar":
+        return cls(data["scalar"], str(data["type"]))
+
+
+_PYTHON_SCALARS = {"bool": bool, "int": int, "float": float}
+
+# One input of a seed: the path of an .npy file (arrays) or a Scalar.
+Input = Union[str, Scalar]
+
+
+@dataclass(frozen=True)
 class SeedData:
     seed: int
-    inputs: tuple[str, ...]      # .npy paths, in the reference's argument order
+    inputs: tuple[Input, ...]    # .npy paths (arrays) or Scalars, in the reference's argument order
     expected: tuple[str, ...]    # .npy paths, one per reference output
+    family: str = "standard"     # the input family the seed's inputs were drawn from
+
+    @property
+    def input_files(self) -> tuple[str, ...]:
+        return tuple(p for p in self.inputs if isinstance(p, str))
+
+    def request_inputs(self) -> list[Any]:
+        """The inputs as the kernel process's request carries them (JSON)."""
+        return [p if isinstance(p, str) else p.to_json() for p in self.inputs]
 
 
-def seed_folder(seed: int) -> str:
+def load_input(entry: Any) -> Any:
+    """One input of a kernel-process request: a fresh writable array, or the scalar value."""
+    if isinstance(entry, dict):
+        return Scalar.from_json(entry).restore()
+    import numpy as np
+
+    return np.array(np.load(entry, mmap_mode="r", allow_pickle=False))
+
+
+def seed_folder(seed: int, family: str = STANDARD) -> str:
     """Folder name of a seed's data: a digest, so that no path spells out a held-out seed."""
-    return "seed-" + hashlib.sha256(f"seed {seed}".encode()).hexdigest()[:12]
+    name = f"seed {seed}" if family == STANDARD else f"seed {seed} family {family}"
+    return "seed-" + hashlib.sha256(name.encode()).hexdigest()[:12]
+
+
+# One drawing of a problem's inputs: a seed and the input family it is drawn from.
+Draw = tuple[int, str]
 
 
 def spec_key(spec: ProblemSpec) -> str:
@@ -54,31 +119,33 @@ class ReferenceStore:
         self._lock = threading.Lock()
         self._known: dict[tuple[ProblemSpec, int], SeedData] = {}
 
-    def seed_dir(self, spec: ProblemSpec, seed: int) -> Path:
-        return self.root / spec_key(spec) / seed_folder(seed)
+    def seed_dir(self, spec: ProblemSpec, draw: Draw) -> Path:
+        return self.root / spec_key(spec) / seed_folder(*draw)
 
-    def ensure(self, spec: ProblemSpec, seeds: Sequence[int]) -> list[SeedData]:
-        """The reference files of every seed, computing the missing ones (one process for all)."""
+    def ensure(self, spec: ProblemSpec, draws: Sequence[int | Draw]) -> list[SeedData]:
+        """The reference files of every draw (a seed, or a seed and an input family),
+        computing the missing ones (one process for all)."""
+        draws = [(d, STANDARD) if isinstance(d, int) else (int(d[0]), str(d[1])) for d in draws]
         with self._lock:
-            missing = [s for s in dict.fromkeys(seeds)
-                       if (spec, s) not in self._known and not (self.seed_dir(spec, s) / "meta.json").is_file()]
+            missing = [d for d in dict.fromkeys(draws)
+                       if (spec, d) not in self._known and not (self.seed_dir(spec, d) / "meta.json").is_file()]
             if missing:
                 self._compute(spec, missing)
-            for s in seeds:
-                if (spec, s) not in self._known:
-                    self._known[(spec, s)] = self._read(spec, s)
-            return [self._known[(spec, s)] for s in seeds]
+            for d in draws:
+                if (spec, d) not in self._known:
+                    self._known[(spec, d)] = self._read(spec, d)
+            return [self._known[(spec, d)] for d in draws]
 
-    def _read(self, spec: ProblemSpec, seed: int) -> SeedData:
-        folder = self.seed_dir(spec, seed)
+    def _read(self, spec: ProblemSpec, draw: Draw) -> SeedData:
+        folder = self.seed_dir(spec, draw)
         meta = json.loads((folder / "meta.json").read_text())
-        return SeedData(seed, tuple(str(folder / n) for n in meta["inputs"]),
-                        tuple(str(folder / n) for n in meta["expected"]))
+        inputs = tuple(str(folder / n) if isinstance(n, str) else Scalar.from_json(n) for n in meta["inputs"])
+        return SeedData(draw[0], inputs, tuple(str(folder / n) for n in meta["expected"]), draw[1])
 
-    def _compute(self, spec: ProblemSpec, seeds: list[int]) -> None:
+    def _compute(self, spec: ProblemSpec, draws: list[Draw]) -> None:
         (self.root / spec_key(spec)).mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=self.root, prefix=".work-") as work:
-            request = {"spec": [spec.name, list(spec.params), spec.suite_dir], "seeds": seeds, "out": work}
+            request = {"spec": [spec.name, list(spec.params), spec.suite_dir], "draws": draws, "out": work}
             try:
                 proc = subprocess.run(python_command("fitness.references"), input=json.dumps(request).encode(),
                                       capture_output=True, cwd=work, env=clean_env(Path(work)),
@@ -89,26 +156,30 @@ class ReferenceStore:
             if proc.returncode != 0:
                 tail = proc.stderr.decode(errors="replace").strip().splitlines()[-3:]
                 raise ReferenceError(f"computing the reference of {spec.label()} failed: {' | '.join(tail)}")
-            for seed in seeds:
-                target = self.seed_dir(spec, seed)
+            for draw in draws:
+                target = self.seed_dir(spec, draw)
                 if target.exists():   # another evaluator sharing the folder was faster
                     continue
-                Path(work, seed_folder(seed)).rename(target)
+                Path(work, seed_folder(*draw)).rename(target)
 
 
-def compute(spec: ProblemSpec, seeds: Sequence[int], out: Path) -> None:
-    """Write `out/<seed folder>/{in-i.npy, out-j.npy, meta.json}` for every seed, read-only."""
+def compute(spec: ProblemSpec, draws: Sequence[Draw], out: Path) -> None:
+    """Write `out/<seed folder>/{in-i.npy, out-j.npy, meta.json}` for every draw, read-only."""
     import numpy as np
 
     from nkibench.registry import load
 
     problem = load(spec)
-    for seed in seeds:
-        folder = out / seed_folder(seed)
+    for seed, family in draws:
+        folder = out / seed_folder(seed, family)
         folder.mkdir()
-        inputs = problem.make_inputs(seed)
-        names_in = []
+        inputs = problem.inputs(seed, family)
+        names_in: list[Any] = []
         for i, x in enumerate(inputs):
+            scalar = Scalar.of(x)
+            if scalar is not None:
+                names_in.append(scalar.to_json())
+                continue
             np.save(folder / f"in-{i}.npy", np.asarray(x), allow_pickle=False)
             names_in.append(f"in-{i}.npy")
         expected = problem.reference(*inputs)
@@ -117,7 +188,7 @@ def compute(spec: ProblemSpec, seeds: Sequence[int], out: Path) -> None:
             np.save(folder / f"out-{j}.npy", np.asarray(y), allow_pickle=False)
             names_out.append(f"out-{j}.npy")
         (folder / "meta.json").write_text(json.dumps({"inputs": names_in, "expected": names_out}))
-        for name in names_in + names_out:
+        for name in [n for n in names_in if isinstance(n, str)] + names_out:
             (folder / name).chmod(0o444)
 
 
@@ -126,4 +197,4 @@ def main() -> None:
     request = json.loads(sys.stdin.buffer.read())
     name, params, suite_dir = request["spec"]
     spec = ProblemSpec(name, tuple((k, v) for k, v in params), suite_dir)
-    compute(spec, request["seeds"], Path(request["out"]))
+    compute(spec, [(int(seed), str(family)) for seed, family in request["draws"]], Path(request["out"]))

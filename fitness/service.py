@@ -23,6 +23,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from nkibench.families import STANDARD
 from nkibench.problem import Problem, ProblemSpec
 from nkibench.registry import load
 
@@ -41,7 +42,7 @@ from .settings import EvalSettings
 # What the fork server imports once for every simulator kernel process.
 FORK_PRELOAD = ("numpy", "fitness.worker", "fitness.guard", "fitness.policy", "fitness.precision",
                 "fitness.backends", "fitness.backends.simulator", "fitness.simulator", "fitness.simulator.perf",
-                "nkibench.registry")
+                "fitness.references", "nkibench.registry")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,10 +109,16 @@ class Evaluator:
             return []
         started = time.monotonic()
         baseline = self._baseline_future(spec)
-        keys = [self._key(spec, s) for s in sources]
         ready: dict[str, EvalResult] = {}
         futures: dict[str, Future] = {}
-        for key, source in zip(keys, sources):
+        keys = []
+        for i, source in enumerate(sources):
+            try:
+                key = self._key(spec, source)
+            except Exception as exc:  # a source no one can even name must not cost the batch
+                key = f"unkeyed-{i}"
+                ready[key] = _unhandled_source(spec, exc, self.backend, self.settings.target)
+            keys.append(key)
             if key in ready or key in futures:
                 continue
             hit = self._cache.get(key)
@@ -201,7 +208,8 @@ class Evaluator:
             return EvalResult(REJECTED, f"policy: {violations[0]}")
         problem = load(spec)
         cases = self._cases(spec)
-        reference_dtypes = [np.load(p, mmap_mode="r").dtype for p in cases[0].data.expected]
+        references = [np.load(p, mmap_mode="r") for p in cases[0].data.expected]
+        reference_dtypes = [r.dtype for r in references]
         downgraded = precision.downgrades(precision.source_dtypes(source), reference_dtypes)
         if downgraded:
             return EvalResult(INCORRECT, _precision_message(downgraded[0], reference_dtypes))
@@ -211,7 +219,8 @@ class Evaluator:
             request = {
                 "source": source, "problem": [spec.name, list(spec.params), spec.suite_dir],
                 "backend": self.backend, "target": self.settings.target, "options": {},
-                "cases": [{"label": c.label, "inputs": list(c.data.inputs)} for c in cases],
+                "cases": [{"label": c.label, "inputs": c.data.request_inputs()} for c in cases],
+                "outputs": [{"shape": list(r.shape), "dtype": r.dtype.str} for r in references],
             }
             limits = sandbox.Limits(self.settings.timeout_s, self.settings.memory_limit_mb)
             if self._cores is not None:
@@ -242,9 +251,11 @@ class Evaluator:
 
     def _cases(self, spec: ProblemSpec) -> list[Case]:
         s = self.settings
-        seeds = list(s.seeds) + list(s.heldout_seeds)
-        data = self._refs.ensure(spec, seeds)
-        labels = [f"seed {x}" for x in s.seeds] + [f"held-out seed {i + 1}" for i in range(len(s.heldout_seeds))]
+        draws = [(x, STANDARD) for x in s.seeds] + heldout_draws(load(spec), s.heldout_seeds)
+        data = self._refs.ensure(spec, draws)
+        labels = [f"seed {x}" for x in s.seeds] + [
+            f"held-out seed {i + 1}" + (f" (input family '{family}')" if family != STANDARD else "")
+            for i, (_, family) in enumerate(draws[len(s.seeds):])]
         return [Case(label, d) for label, d in zip(labels, data)]
 
     def _keep_artifacts(self, workdir: Path, names: list[str], kid: str) -> None:
@@ -332,6 +343,21 @@ class _Judge:
         if downgraded:
             return EvalResult(INCORRECT, _precision_message(downgraded[0], reference_dtypes))
         return EvalResult(OK, latency_ms=float(self.done["latency_ms"]), profile=dict(self.done.get("profile", {})))
+
+
+def heldout_draws(problem: Problem, seeds: Sequence[int]) -> list[tuple[int, str]]:
+    """The held-out seeds with their input families: the problem's own families first, in
+    turn, then its standard distribution, so that two held-out seeds already leave it twice."""
+    cycle = [f.name for f in problem.families] + [STANDARD]
+    return [(seed, cycle[i % len(cycle)]) for i, seed in enumerate(seeds)]
+
+
+def _unhandled_source(spec: ProblemSpec, exc: Exception, backend: str, target: str) -> EvalResult:
+    """The result of a source whose handling (normalization, cache key, id) raised: a
+    compile error naming why, so that the rest of its batch is still evaluated."""
+    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return EvalResult(COMPILE_ERROR, f"the kernel source cannot be processed ({text[:300]})",
+                      problem=spec.label(), backend=backend, target=target)
 
 
 KERNEL_PREFIX = "accelopt-evo-kernel-"

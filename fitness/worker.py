@@ -15,6 +15,7 @@ the engine judges seed k while seed k+1 runs. After the last seed it obtains the
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import traceback
@@ -62,12 +63,11 @@ def evaluate(request: dict[str, Any], send: Send) -> None:
         send(event="failed", status="rejected", message=f"policy: {violations[0]}")
         return
 
-    import numpy as np
-
     from nkibench.problem import ProblemSpec
     from nkibench.registry import load
 
     from .backends import load_runner
+    from .references import load_input
 
     name, params, suite_dir = request["problem"]
     problem = load(ProblemSpec(name, tuple((k, v) for k, v in params), suite_dir))
@@ -76,9 +76,13 @@ def evaluate(request: dict[str, Any], send: Send) -> None:
     readable_dirs = guard.python_roots() + [str(_REPO / "fitness"), str(_REPO / "nkibench")]
     if suite_dir:
         readable_dirs.append(suite_dir)
-    guard.install([p for case in cases for p in case["inputs"]], readable_dirs, Path.cwd(),
+    guard.install([p for case in cases for p in case["inputs"] if isinstance(p, str)], readable_dirs, Path.cwd(),
                   allow_exec=runner.allow_exec)
 
+    expected = request.get("outputs", [])
+    if expected and not runner.allow_exec:
+        # no file of this process may be larger than the largest output (plus the .npy header)
+        limit_file_size(max(_nbytes(e) for e in expected) + (64 << 10))
     send(event="ready")
     memory_mb = request["limits"]["memory_mb"]
 
@@ -88,7 +92,7 @@ def evaluate(request: dict[str, Any], send: Send) -> None:
 
     first: tuple[Any, Any] | None = None
     for k, case in enumerate(cases):
-        inputs = [np.array(np.load(p, mmap_mode="r", allow_pickle=False)) for p in case["inputs"]]
+        inputs = [load_input(entry) for entry in case["inputs"]]
         args = problem.to_kernel_inputs(inputs)
         try:
             raw, trace = runner.run(source, args)
@@ -97,7 +101,7 @@ def evaluate(request: dict[str, Any], send: Send) -> None:
             return
         del inputs
         try:
-            files, single = save_outputs(raw, k)
+            files, single = save_outputs(raw, k, expected)
         except (TypeError, ValueError) as exc:
             send(event="failed", status="incorrect", message=f"{case['label']}: {exc}")
             return
@@ -122,23 +126,60 @@ def evaluate(request: dict[str, Any], send: Send) -> None:
          artifacts=list(getattr(runner, "artifacts", [])))
 
 
-def save_outputs(raw: Any, case: int) -> tuple[list[str], bool]:
-    """Write the kernel's return value as .npy files; (file names, returned a single array)."""
+def save_outputs(raw: Any, case: int, expected: list[dict[str, Any]] | None = None) -> tuple[list[str], bool]:
+    """Write the kernel's return value as .npy files; (file names, returned a single array).
+
+    The outputs are checked against the reference's (`expected`: shape and dtype of each) before
+    anything is written: the working folder is in shared memory, and a kernel returning more,
+    larger or wider arrays than the reference could otherwise fill it."""
     import numpy as np
 
     single = not isinstance(raw, (tuple, list))
     outs = [raw] if single else list(raw)
-    files = []
     for j, value in enumerate(outs):
-        if value is None:
-            raise ValueError(f"the kernel returned None as output {j}")
-        arr = np.asarray(value)
-        if arr.dtype.hasobject:
+        if not isinstance(value, np.ndarray) or value.dtype.hasobject:
             raise TypeError(f"output {j} is not a numeric array ({type(value).__name__})")
+    if expected:
+        problem = _layout_mismatch(outs, expected)
+        if problem:
+            raise ValueError(problem)
+    files = []
+    for j, arr in enumerate(outs):
         name = f"case{case}-out{j}.npy"
         np.save(name, arr, allow_pickle=False)
         files.append(name)
     return files, single
+
+
+def _layout_mismatch(outs: list[Any], expected: list[dict[str, Any]]) -> str:
+    """Why the outputs cannot be the reference's (count, element count, dtype width), or ""."""
+    import numpy as np
+
+    if len(outs) != len(expected):
+        return f"the kernel returned {len(outs)} output(s), the reference has {len(expected)}"
+    for j, (arr, e) in enumerate(zip(outs, expected)):
+        size = math.prod(e["shape"])
+        if arr.size != size:
+            return (f"output {j} has {arr.size} elements (shape {list(arr.shape)}), the reference's has {size} "
+                    f"(shape {list(e['shape'])})")
+        if arr.dtype.itemsize > np.dtype(e["dtype"]).itemsize:
+            return f"output {j} has dtype {arr.dtype}, wider than the reference's {e['dtype']}"
+    return ""
+
+
+def _nbytes(e: dict[str, Any]) -> int:
+    import numpy as np
+
+    return math.prod(e["shape"]) * np.dtype(e["dtype"]).itemsize
+
+
+def limit_file_size(nbytes: int) -> None:
+    """Lower this process's file-size limit (never raises it); a larger write fails with EFBIG."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    if soft == resource.RLIM_INFINITY or nbytes < soft:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (nbytes, nbytes if hard == resource.RLIM_INFINITY else min(nbytes, hard)))
 
 
 def classify(exc: BaseException, memory_mb: int | None = None) -> tuple[str, str]:

@@ -26,6 +26,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .families import Family
 from .problem import Counts, Problem, ProblemSpec, as_tuple, reshape_like
 from .registry import ProblemError, builtin_names
 
@@ -170,6 +171,7 @@ class OfficialProblem(Problem):
     tolerance: float = DEFAULT_TOLERANCE
     baseline_path: Path = Path()
     counts: Counts | None = None
+    builtin: ModuleType | None = field(default=None, repr=False)   # the built-in problem of the same operator
 
     def _call(self, func: str, *args: Any) -> Any:
         try:
@@ -189,6 +191,13 @@ class OfficialProblem(Problem):
             raise SuiteError(f"reference module {self.reference_path}: get_inputs() returned "
                              f"{type(inputs).__name__}, expected a list")
         return list(inputs)
+
+    @property
+    def families(self) -> tuple[Family, ...]:
+        """The families of the built-in problem of the same operator and parameters (like its
+        tolerance and counts); a family sees the array inputs only, which the official
+        references give in the built-in order (they add scalars such as `eps`)."""
+        return tuple(getattr(self.builtin, "FAMILIES", ())) if self.builtin is not None else ()
 
     def reference(self, *inputs: np.ndarray) -> tuple[np.ndarray, ...]:
         return as_tuple(self._call("forward", *inputs))
@@ -219,4 +228,5 @@ def load_official(spec: ProblemSpec) -> OfficialProblem:
         tolerance=builtin.TOLERANCE if builtin else DEFAULT_TOLERANCE,
         baseline_path=case.kernel,
         counts=builtin.counts(**case.values) if builtin else None,
+        builtin=builtin,
     )

@@ -16,6 +16,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .families import STANDARD, Family
+from .families import apply as apply_family
+
 
 @dataclass(frozen=True)
 class ProblemSpec:
@@ -70,6 +73,25 @@ class Problem(abc.ABC):
     @abc.abstractmethod
     def make_inputs(self, seed: int) -> list[np.ndarray]:
         """Fresh inputs for one seed (the reference's argument list)."""
+
+    @property
+    def families(self) -> tuple[Family, ...]:
+        """Input families besides the standard one that are valid for this problem's math."""
+        return ()
+
+    def family_names(self) -> tuple[str, ...]:
+        return (STANDARD,) + tuple(f.name for f in self.families)
+
+    def inputs(self, seed: int, family: str = STANDARD) -> list[Any]:
+        """The inputs of `seed` drawn from `family` (the standard distribution by default)."""
+        inputs = self.make_inputs(seed)
+        if family == STANDARD:
+            return inputs
+        for f in self.families:
+            if f.name == family:
+                return apply_family(f, seed, inputs)
+        raise ValueError(f"problem '{self.name}' has no input family '{family}' "
+                         f"(known: {', '.join(self.family_names())})")
 
     @abc.abstractmethod
     def reference(self, *inputs: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -135,6 +157,10 @@ class BuiltinProblem(Problem):
 
     def make_inputs(self, seed: int) -> list[np.ndarray]:
         return list(self.module.make_inputs(np.random.default_rng(seed), **self.params))
+
+    @property
+    def families(self) -> tuple[Family, ...]:
+        return tuple(getattr(self.module, "FAMILIES", ()))
 
     @property
     def reference_source(self) -> str:

@@ -303,3 +303,17 @@ class OpaqueTensorError(NkiError):
     """Host code tried to read a kernel tensor's data directly (np.asarray, NumPy arithmetic)."""
 
     code = "emu_opaque_tensor"
+
+
+class NestedLaunchError(NkiError):
+    """A kernel launched a kernel (simulate_kernel, baremetal, benchmark, profile): that runs a
+    separate program whose results reach the host, outside the caller's instruction trace."""
+
+    code = "emu_nested_launch"
+
+
+class HostOutputError(NkiError):
+    """A kernel returned something no traced instruction wrote: a host value, a constant or an
+    input it never wrote."""
+
+    code = "emu_host_output"

@@ -128,36 +128,36 @@ def _key_signature(key: tuple) -> tuple | None:
 class IndexExpr:
     """An affine index expression: `c + sum_k coef[k] * i_k` over a broadcast shape."""
 
-    __slots__ = ("s", "c", "k")
+    __slots__ = ("_s", "_c", "_k")
     __array_ufunc__ = None  # make NumPy scalars defer to our operators
 
     def __init__(self, s: Struct, c: int):
-        self.s = s
-        self.c = c
-        self.k = None   # subscript results, cached on shared expressions (nl.arange results)
+        self._s = s
+        self._c = c
+        self._k = None   # subscript results, cached on shared expressions (nl.arange results)
 
     # shape information
     @property
     def shape(self) -> tuple[int, ...]:
-        return self.s.shape
+        return self._s.shape
 
     @property
     def ndim(self) -> int:
-        return len(self.s.shape)
+        return len(self._s.shape)
 
     @property
     def min(self) -> int:
-        return self.c + self.s.lo
+        return self._c + self._s.lo
 
     @property
     def max(self) -> int:
-        return self.c + self.s.hi
+        return self._c + self._s.hi
 
     def to_array(self) -> np.ndarray:
         """The explicit integer array (broadcast shape)."""
-        out = np.full(self.s.shape, self.c, dtype=np.int64)
-        n = len(self.s.shape)
-        for axis, (coef, size) in enumerate(zip(self.s.coef, self.s.shape)):
+        out = np.full(self._s.shape, self._c, dtype=np.int64)
+        n = len(self._s.shape)
+        for axis, (coef, size) in enumerate(zip(self._s.coef, self._s.shape)):
             if coef:
                 shape = [1] * n
                 shape[axis] = size
@@ -169,23 +169,23 @@ class IndexExpr:
         return arr.astype(dtype) if dtype is not None else arr
 
     def __repr__(self) -> str:
-        return f"IndexExpr(shape={self.s.shape}, const={self.c}, coef={self.s.coef})"
+        return f"IndexExpr(shape={self._s.shape}, const={self._c}, coef={self._s.coef})"
 
     # arithmetic
     def __add__(self, other):
         if is_int(other):
-            return IndexExpr(self.s, self.c + int(other))
+            return IndexExpr(self._s, self._c + int(other))
         if isinstance(other, IndexExpr):
-            return IndexExpr(_struct_add(self.s, other.s, 1), self.c + other.c)
+            return IndexExpr(_struct_add(self._s, other._s, 1), self._c + other._c)
         return _general_binary(self, other, np.add)
 
     __radd__ = __add__
 
     def __sub__(self, other):
         if is_int(other):
-            return IndexExpr(self.s, self.c - int(other))
+            return IndexExpr(self._s, self._c - int(other))
         if isinstance(other, IndexExpr):
-            return IndexExpr(_struct_add(self.s, other.s, -1), self.c - other.c)
+            return IndexExpr(_struct_add(self._s, other._s, -1), self._c - other._c)
         return _general_binary(self, other, np.subtract)
 
     def __rsub__(self, other):
@@ -194,13 +194,13 @@ class IndexExpr:
     def __mul__(self, other):
         if is_int(other):
             k = int(other)
-            return IndexExpr(_struct_scale(self.s, k), self.c * k)
+            return IndexExpr(_struct_scale(self._s, k), self._c * k)
         return _general_binary(self, other, np.multiply)
 
     __rmul__ = __mul__
 
     def __neg__(self):
-        return IndexExpr(_struct_scale(self.s, -1), -self.c)
+        return IndexExpr(_struct_scale(self._s, -1), -self._c)
 
     def __pos__(self):
         return self
@@ -221,7 +221,7 @@ class IndexExpr:
         raise errors.IndexNotSupportedError("true division of an index expression does not give integer indices; use //")
 
     def __getitem__(self, key):
-        cache = self.k
+        cache = self._k
         if cache is not None and type(key) is tuple and len(key) == 2:
             # the common nl.arange(n)[:, None] / [None, :], answered from the cache
             a, b = key
@@ -248,17 +248,17 @@ class IndexExpr:
             sig = _key_signature(key)
         if sig is None:
             return _general_getitem(self, key)
-        cache = self.k
+        cache = self._k
         if cache is not None:
             r = cache.get(sig)
             if r is not None:
                 return r
-        s = self.s.cache.get(("get", sig))
+        s = self._s.cache.get(("get", sig))
         if s is None:
-            s = self.s.cache[("get", sig)] = _struct_getitem(self.s, sig)
-        r = IndexExpr(s, self.c)
+            s = self._s.cache[("get", sig)] = _struct_getitem(self._s, sig)
+        r = IndexExpr(s, self._c)
         if cache is not None:
-            r.k = {}
+            r._k = {}
             cache[sig] = r
         return r
 
@@ -306,7 +306,7 @@ class IndexExpr:
         raise errors.ArangeControlFlowError("an nl.arange expression cannot be iterated in Python; use nl.affine_range")
 
     def __len__(self):
-        return self.s.shape[0] if self.s.shape else 0
+        return self._s.shape[0] if self._s.shape else 0
 
     def __index__(self):
         raise errors.ArangeControlFlowError("an nl.arange expression is not a Python integer")
@@ -340,7 +340,7 @@ def _struct_getitem(s: Struct, sig: tuple) -> Struct:
 def _general_getitem(e: IndexExpr, key: tuple) -> IndexExpr:
     """Slices with bounds, ints and `None` on an affine expression (stays affine)."""
     shape, coef = [], []
-    c = e.c
+    c = e._c
     axis = 0
     for k in key:
         if k is None:
@@ -348,15 +348,15 @@ def _general_getitem(e: IndexExpr, key: tuple) -> IndexExpr:
             coef.append(0)
             continue
         if k is Ellipsis:
-            rest = len(e.s.shape) - axis - sum(1 for kk in key if kk is not None and kk is not Ellipsis) + 1
+            rest = len(e._s.shape) - axis - sum(1 for kk in key if kk is not None and kk is not Ellipsis) + 1
             for _ in range(max(rest, 0)):
-                shape.append(e.s.shape[axis])
-                coef.append(e.s.coef[axis])
+                shape.append(e._s.shape[axis])
+                coef.append(e._s.coef[axis])
                 axis += 1
             continue
-        if axis >= len(e.s.shape):
-            raise errors.IndexNotSupportedError(f"too many indices for an index expression of shape {e.s.shape}")
-        n, a = e.s.shape[axis], e.s.coef[axis]
+        if axis >= len(e._s.shape):
+            raise errors.IndexNotSupportedError(f"too many indices for an index expression of shape {e._s.shape}")
+        n, a = e._s.shape[axis], e._s.coef[axis]
         if isinstance(k, slice):
             start, stop, step = k.indices(n)
             length = len(range(start, stop, step))
@@ -371,33 +371,33 @@ def _general_getitem(e: IndexExpr, key: tuple) -> IndexExpr:
         else:
             raise errors.IndexNotSupportedError(f"unsupported subscript {k!r} on an index expression")
         axis += 1
-    shape.extend(e.s.shape[axis:])
-    coef.extend(e.s.coef[axis:])
+    shape.extend(e._s.shape[axis:])
+    coef.extend(e._s.coef[axis:])
     return IndexExpr(intern(tuple(shape), tuple(coef)), c)
 
 
 class IndexArray:
     """A non-affine integer index (e.g. `i // 2`): an explicit array, the slow general path."""
 
-    __slots__ = ("arr",)
+    __slots__ = ("_arr",)
     __array_ufunc__ = None
 
     def __init__(self, arr: np.ndarray):
-        self.arr = np.asarray(arr, dtype=np.int64)
+        self._arr = np.asarray(arr, dtype=np.int64)
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return self.arr.shape
+        return self._arr.shape
 
     @property
     def ndim(self) -> int:
-        return self.arr.ndim
+        return self._arr.ndim
 
     def __array__(self, dtype=None, copy=None):
-        return self.arr if dtype is None else self.arr.astype(dtype)
+        return self._arr if dtype is None else self._arr.astype(dtype)
 
     def __getitem__(self, key):
-        return IndexArray(self.arr[key])
+        return IndexArray(self._arr[key])
 
     def __add__(self, o):
         return _general_binary(self, o, np.add)
@@ -424,11 +424,11 @@ class IndexArray:
         return _general_binary(self, o, np.mod)
 
     def __neg__(self):
-        return IndexArray(-self.arr)
+        return IndexArray(-self._arr)
 
     def _cmp(self, other, fn):
-        other = other.arr if isinstance(other, IndexArray) else (other.to_array() if isinstance(other, IndexExpr) else other)
-        return Mask(((fn(self.arr, other), None),))
+        other = other._arr if isinstance(other, IndexArray) else (other.to_array() if isinstance(other, IndexExpr) else other)
+        return Mask(((fn(self._arr, other), None),))
 
     def __ge__(self, o):
         return self._cmp(o, np.greater_equal)
@@ -452,7 +452,7 @@ def _as_int_array(value) -> np.ndarray:
     if isinstance(value, IndexExpr):
         return value.to_array()
     if isinstance(value, IndexArray):
-        return value.arr
+        return value._arr
     if is_int(value):
         return np.int64(value)
     raise errors.IndexNotSupportedError(f"an index expression cannot be combined with {type(value).__name__}")
@@ -485,7 +485,7 @@ def arange(start, stop=None) -> IndexExpr:
         if stop <= start:
             raise errors.IndexNotSupportedError(f"nl.arange({start}, {stop}) is empty")
         e = _ARANGE_CACHE[(start, stop)] = IndexExpr(intern((stop - start,), (1,)), start)
-        e.k = {}
+        e._k = {}
     return e
 
 
@@ -548,15 +548,15 @@ class Mask:
     """A conjunction of conditions. A condition is (IndexExpr e, is_eq): e >= 0 (or e == 0),
     or (bool array, None) for a general non-affine predicate."""
 
-    __slots__ = ("conds",)
+    __slots__ = ("_conds",)
     __array_ufunc__ = None
 
     def __init__(self, conds: tuple):
-        self.conds = conds
+        self._conds = conds
 
     def __and__(self, other):
         if isinstance(other, Mask):
-            return Mask(self.conds + other.conds)
+            return Mask(self._conds + other._conds)
         if other is True:
             return self
         raise errors.MaskExpressionError(f"masks combine with `&` only with other masks, got {type(other).__name__}")
@@ -578,13 +578,13 @@ class Mask:
 
     @property
     def affine(self) -> bool:
-        return all(eq is not None for _, eq in self.conds)
+        return all(eq is not None for _, eq in self._conds)
 
     @property
     def shape(self) -> tuple[int, ...]:
         shape: tuple[int, ...] = ()
-        for e, eq in self.conds:
-            s = e.s.shape if eq is not None else e.shape
+        for e, eq in self._conds:
+            s = e._s.shape if eq is not None else e.shape
             shape = broadcast_shapes(shape, s) or shape
         return shape
 
@@ -594,7 +594,7 @@ def check_mask(mask) -> Mask | None:
     if mask is None or mask is True:
         return None
     if isinstance(mask, Mask):
-        for _, eq in mask.conds:
+        for _, eq in mask._conds:
             if eq is None:
                 raise errors.MaskExpressionError(
                     "NKI mask expressions must be affine expressions of nl.arange and loop indices")
@@ -610,8 +610,8 @@ def mask_box(mask: Mask, shape: tuple[int, ...]) -> Box | None:
     n = len(shape)
     lo = [0] * n
     hi = list(shape)
-    for e, eq in mask.conds:
-        s = e.s
+    for e, eq in mask._conds:
+        s = e._s
         sshape = s.shape
         off = n - len(sshape)
         if off < 0:
@@ -625,7 +625,7 @@ def mask_box(mask: Mask, shape: tuple[int, ...]) -> Box | None:
                 if k >= 0:
                     return None   # depends on two axes: not a box
                 k = j + off
-        c = e.c
+        c = e._c
         if k < 0:
             if not ((c == 0) if eq else (c >= 0)):
                 return tuple((0, 0) for _ in shape)
@@ -654,7 +654,7 @@ def mask_box(mask: Mask, shape: tuple[int, ...]) -> Box | None:
 def mask_array(mask: Mask, shape: tuple[int, ...]) -> np.ndarray:
     """The boolean array of `mask` broadcast to `shape`."""
     out = np.ones(shape, dtype=bool)
-    for e, eq in mask.conds:
+    for e, eq in mask._conds:
         arr = e.to_array()
         out &= (arr == 0) if eq else (arr >= 0)
     return out

@@ -609,7 +609,7 @@ class PendingLoopReduce:
         first = True
         exempt = set()
         for li in self.loops:
-            loop = li.loop
+            loop = li._loop
             first = first and li == loop.start
             exempt.add(loop.uid)
         dreg = T.region(dv)

@@ -25,7 +25,7 @@ from . import blas, errors
 from . import tensor as T
 from .instr import normalize_dtype
 from .loops import kernel_range
-from .runtime import Machine, NeedsReleasePlan, ReleasePlan, activate
+from .runtime import Machine, NeedsReleasePlan, ReleasePlan, activate, current
 from .shim import JitKernel, install_neuronxcc, is_mutable_annotation
 from .trace import HBM, Trace
 
@@ -63,7 +63,7 @@ def load_kernel(source: str, filename: str = "kernel.py", kernel_name: str = "ke
     if obj is None:
         raise NameError(f"{filename} defines no kernel function named '{kernel_name}'")
     if isinstance(obj, JitKernel):
-        obj = obj.func
+        obj = obj._func
     if not callable(obj):
         raise TypeError(f"'{kernel_name}' in {filename} is not a function")
     return obj
@@ -113,8 +113,14 @@ def simulate(fn: Callable, args: Sequence, kwargs: dict | None = None, *, shape_
     lets repeated runs reuse a plan.
     """
     install_neuronxcc()
+    if current() is not None:
+        # Every launch path (nki.simulate_kernel, baremetal, benchmark, profile) ends here: a
+        # launch inside a running kernel would hand it host arrays computed outside its trace.
+        raise errors.NestedLaunchError(
+            "a kernel cannot launch another kernel (nki.simulate_kernel, nki.baremetal, nki.benchmark, "
+            "nki.profile): its outputs must be computed by its own instructions; call a helper function instead")
     if isinstance(fn, JitKernel):
-        fn = fn.func
+        fn = fn._func
     fn = _with_kernel_range(fn)
     kwargs = dict(kwargs or {})
     if shape_only:
@@ -245,6 +251,10 @@ def _wrap(m: Machine, value, param: tuple[str, Any]):
     return T.whole(buf)
 
 
+def _written_by_trace(m: Machine, tensor_id: int) -> bool:
+    return any(reg.tensor == tensor_id for ins in m.trace.instrs for reg in ins.writes)
+
+
 def fn_file(m: Machine) -> str:
     return m.trace.kernel_file
 
@@ -260,11 +270,20 @@ def _collect(m: Machine, fn: Callable, ret):
                                                "buffer=nl.shared_hbm and return them)", *where)
         return None
     if not isinstance(ret, T.NkiTensor):
-        return ret
+        # Only what the kernel's own instructions wrote is an output: a host value (a NumPy
+        # array, a number) would be a result the trace never computed, scored as free.
+        raise errors.HostOutputError(
+            f"kernel outputs must be HBM tensors written by the kernel's instructions (nl.shared_hbm); "
+            f"the kernel returned a {type(ret).__name__}", *where)
     b = ret._b
     if b.memory != HBM or len(ret._key) < b.nb:
         raise errors.UnsupportedMemoryError(
             f"kernel outputs must be HBM tensors (nl.shared_hbm); the kernel returned a tile in '{b.memory}'", *where)
+    if b.kind != "output" and not _written_by_trace(m, b.id):
+        what = {"constant": "a constant (nl.shared_constant)", "input": "an input"}.get(b.kind, "a tensor")
+        raise errors.HostOutputError(
+            f"the kernel returned {what}, '{b.label}', that none of its instructions wrote; "
+            "outputs must be computed by the kernel (create them with buffer=nl.shared_hbm)", *where)
     if b.written is not None:
         missing, first = b.written.missing()
         size = T.prod(b.shape)

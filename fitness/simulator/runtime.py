@@ -64,9 +64,10 @@ class LoopFrame:
 
 
 class LoopIndex(int):
-    """A loop iteration value that remembers its loop (for `nl.loop_reduce(loop_indices=...)`)."""
+    """A loop iteration value that remembers its loop (for `nl.loop_reduce(loop_indices=...)`);
+    the loop frame is private: kernels see an int."""
 
-    loop: LoopFrame
+    _loop: LoopFrame
 
 
 @dataclass
@@ -194,7 +195,7 @@ class Machine:
                 self.path = frame.path_prefix + ((loop_id, v),)
                 self.scope = frame.scope_prefix + ((frame.uid, v),)
                 idx = frame.index = LoopIndex(v)
-                idx.loop = frame
+                idx._loop = frame
                 yield idx
         finally:
             del self.stack[depth:]

@@ -26,16 +26,16 @@ class JitKernel:
     just calls the function, like NKI's nested kernel calls)."""
 
     def __init__(self, func: Callable, mode: str | None = None, **options):
-        self.func = func
-        self.mode = mode
-        self.options = options
+        self._func = func
+        self._mode = mode
+        self._options = options
         functools.update_wrapper(self, func)
 
     def __call__(self, *args, **kwargs):
         if runtime.current() is not None:
-            return self.func(*args, **kwargs)
+            return self._func(*args, **kwargs)
         from .runner import simulate
-        return simulate(self.func, args, kwargs).outputs
+        return simulate(self._func, args, kwargs).outputs
 
     def __getitem__(self, grid):
         dims = grid if isinstance(grid, tuple) else (grid,)
@@ -53,7 +53,7 @@ def jit(func=None, mode: str | None = None, **options):
 
 
 def _unwrap(func):
-    return func.func if isinstance(func, JitKernel) else func
+    return func._func if isinstance(func, JitKernel) else func
 
 
 def trace(func=None, **options):
@@ -88,24 +88,34 @@ def benchmark(kernel=None, warmup: int = 0, iters: int = 1, **options):
     return baremetal(kernel, **options)
 
 
+def profile(kernel=None, **options):
+    """`nki.profile(...)(kernel)(*arrays)`: runs the emulator once (no profile files; the
+    performance model gives the profile)."""
+    if kernel is None:
+        return lambda k: profile(k, **options)
+    return baremetal(kernel, **options)
+
+
 class _TensorType:
     """`nt.tensor[...]` / `nt.mutable_tensor[...]` annotations."""
 
-    def __init__(self, name: str, mutable: bool, shape=None, dtype=None):
-        self.name, self.mutable, self.shape, self.dtype = name, mutable, shape, dtype
+    __slots__ = ("_name", "_mutable", "_shape")
+
+    def __init__(self, name: str, mutable: bool, shape=None):
+        self._name, self._mutable, self._shape = name, mutable, shape
 
     def __getitem__(self, item):
-        return _TensorType(self.name, self.mutable, item)
+        return _TensorType(self._name, self._mutable, item)
 
     def __call__(self, *args, **kwargs):
-        return _TensorType(self.name, self.mutable, args)
+        return _TensorType(self._name, self._mutable, args)
 
     def __repr__(self) -> str:
-        return f"nt.{self.name}" + (f"[{self.shape}]" if self.shape is not None else "")
+        return f"nt.{self._name}" + (f"[{self._shape}]" if self._shape is not None else "")
 
 
 def is_mutable_annotation(ann) -> bool:
-    return isinstance(ann, _TensorType) and ann.mutable
+    return isinstance(ann, _TensorType) and ann._mutable
 
 
 def _unsupported(module_name: str):
@@ -152,7 +162,7 @@ def build_modules() -> dict[str, types.ModuleType]:
     ncc = _module("neuronxcc.nki.compiler", {})
     nki = _module("neuronxcc.nki", {
         "jit": jit, "trace": trace, "simulate_kernel": simulate_kernel, "baremetal": baremetal,
-        "benchmark": benchmark, "language": nl, "isa": nisa, "typing": nt, "compiler": ncc,
+        "benchmark": benchmark, "profile": profile, "language": nl, "isa": nisa, "typing": nt, "compiler": ncc,
     }, package=True)
     root = _module("neuronxcc", {"nki": nki}, package=True)
     return {"neuronxcc": root, "neuronxcc.nki": nki, "neuronxcc.nki.language": nl,

@@ -117,9 +117,9 @@ def _fast_subscript(v: NkiTensor, b: Buffer, key: tuple) -> NkiTensor | None:
         level = b.plans[kinds] = ([j for j, k in enumerate(key) if type(k) is IndexExpr], {})
     expr_pos, by_struct = level
     if len(expr_pos) == 2:   # the common (partition, free) pair of expressions
-        skey = (key[expr_pos[0]].s, key[expr_pos[1]].s)
+        skey = (key[expr_pos[0]]._s, key[expr_pos[1]]._s)
     else:
-        skey = tuple([key[j].s for j in expr_pos])
+        skey = tuple([key[j]._s for j in expr_pos])
     plan = by_struct.get(skey)
     if plan is None:
         plan = by_struct[skey] = _build_plan(v, b, key)
@@ -129,17 +129,17 @@ def _fast_subscript(v: NkiTensor, b: Buffer, key: tuple) -> NkiTensor | None:
     # the constants of the local dims; everything else follows from them and the plan
     if expr_src is not None:
         if len(expr_src) == 2:
-            cs = (key[expr_src[0]].c, key[expr_src[1]].c)
+            cs = (key[expr_src[0]]._c, key[expr_src[1]]._c)
         else:
             cs = tuple(map(_CONST, map(key.__getitem__, expr_src)))
     elif len(src) == 2:   # e.g. t[..., nl.arange(128)[:, None], 0]
         (j0, e0), (j1, e1) = src
-        cs = (0 if j0 < 0 else (key[j0].c if e0 else int(key[j0])),
-              0 if j1 < 0 else (key[j1].c if e1 else int(key[j1])))
+        cs = (0 if j0 < 0 else (key[j0]._c if e0 else int(key[j0])),
+              0 if j1 < 0 else (key[j1]._c if e1 else int(key[j1])))
     else:
         cl = []
         for j, e in src:
-            cl.append(0 if j < 0 else (key[j].c if e else int(key[j])))
+            cl.append(0 if j < 0 else (key[j]._c if e else int(key[j])))
         cs = tuple(cl)
     # Views seen before, by plan, block indices and constants. The block indices are looked
     # up as given (loop indices are ints, equal and hashing alike); the entry holds them as
@@ -269,7 +269,7 @@ def _subscript_tile(v: NkiTensor, key: tuple) -> NkiTensor:
     for k in key:
         if isinstance(k, IndexExpr):
             adv = True
-            if len(k.s.shape) == 1:
+            if len(k._s.shape) == 1:
                 raise errors.OneDimArangeError(
                     f"indexing tensor `{b.label}` with 1d arange is not supported; add an axis: "
                     f"nl.arange(n)[:, None] or nl.arange(n)[None, :]")
@@ -296,7 +296,7 @@ def _subscript_tile(v: NkiTensor, key: tuple) -> NkiTensor:
         bshape: tuple[int, ...] = ()
         for k in key:
             if isinstance(k, IndexExpr):
-                s = broadcast_shapes(bshape, k.s.shape)
+                s = broadcast_shapes(bshape, k._s.shape)
                 if s is None:
                     raise errors.BroadcastError(
                         f"index expressions of tensor '{b.label}' have shapes that cannot be broadcast together "
@@ -309,7 +309,7 @@ def _subscript_tile(v: NkiTensor, key: tuple) -> NkiTensor:
         pad = (0,) * len(trailing)
         for k in key:
             if isinstance(k, IndexExpr):
-                exprs.append((k.c, aligned_coef(k.s, nb_) + pad))
+                exprs.append((k._c, aligned_coef(k._s, nb_) + pad))
             else:
                 exprs.append((int(k), (0,) * nn))
         for j in range(len(trailing)):
@@ -455,7 +455,7 @@ def _subscript_general(v: NkiTensor, key: tuple) -> NkiTensor:
         if isinstance(k, IndexExpr):
             arrays.append(k.to_array())
         elif isinstance(k, IndexArray):
-            arrays.append(k.arr)
+            arrays.append(k._arr)
         elif isinstance(k, np.ndarray):
             if k.dtype.kind not in "iu":
                 raise errors.IndexNotSupportedError(f"index arrays must be integers, got {k.dtype}")

@@ -7,6 +7,7 @@ step 1 folded into the constants).
 
 import numpy as np
 
+from .. import families
 from ..problem import Counts
 
 PARAMS = ("M", "N")
@@ -17,6 +18,18 @@ SHAPES = {
 }
 TOLERANCE = 2e-5
 BASELINE = "adamw.py"
+
+FAMILIES = (
+    families.scaled("large", [100.0, 100.0, 100.0, 1e4], "large parameters, gradients and moments"),
+    families.Family("fresh", "zero gradient and moments on a third of the entries (the epsilon decides)",
+                    lambda rng, xs: _fresh(rng, xs)),
+)
+
+
+def _fresh(rng: np.random.Generator, xs: list[np.ndarray]) -> list[np.ndarray]:
+    theta, g, m, v = xs
+    zero = rng.random(theta.shape) < 0.3
+    return [theta, *(np.where(zero, 0, x).astype(np.float32) for x in (g, m, v))]
 
 
 def make_inputs(rng: np.random.Generator, M: int, N: int) -> list[np.ndarray]:

@@ -7,6 +7,7 @@ every input is an array.
 
 import numpy as np
 
+from .. import families
 from ..problem import Counts
 
 PARAMS = ("M", "N", "K")
@@ -17,6 +18,18 @@ SHAPES = {
 }
 TOLERANCE = 2e-5
 BASELINE = "add_rmsnorm_matmul.py"
+
+FAMILIES = (
+    families.scaled("large", [1e3, 1.0, 1e3, 1.0], "large activations"),
+    families.Family("cancelling", "x + z cancels to tiny or zero rows (the epsilon decides)",
+                    lambda rng, xs: [xs[0], xs[1], _cancel(rng, xs[0]), xs[3]]),
+)
+
+
+def _cancel(rng: np.random.Generator, x: np.ndarray) -> np.ndarray:
+    """z = -x + a tiny perturbation, exactly -x on a quarter of the rows."""
+    z = -x + np.float32(1e-4) * rng.standard_normal(x.shape, dtype=np.float32)
+    return np.where((rng.random(x.shape[0]) < 0.25)[:, None], -x, z).astype(np.float32)
 EPS = 1e-5
 
 

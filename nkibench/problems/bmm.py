@@ -3,6 +3,7 @@
 
 import numpy as np
 
+from .. import families
 from ..problem import Counts
 
 PARAMS = ("B", "M", "K", "N")
@@ -13,6 +14,12 @@ SHAPES = {
 }
 TOLERANCE = 2e-5
 BASELINE = "bmm.py"
+
+FAMILIES = (
+    families.scaled("large", [1e3, 1e2], "large magnitudes"),
+    families.Family("nonnegative", "non-negative sparse operands (sums without cancellation)",
+                    lambda rng, xs: [families.zeros(np.abs(x), rng, 0.3) for x in xs]),
+)
 
 
 def make_inputs(rng: np.random.Generator, B: int, M: int, K: int, N: int) -> list[np.ndarray]:

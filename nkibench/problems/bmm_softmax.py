@@ -3,6 +3,7 @@ fp32 (NKIBench `bmm_softmax`)."""
 
 import numpy as np
 
+from .. import families
 from ..problem import Counts
 
 PARAMS = ("B", "K", "M", "N")
@@ -13,6 +14,12 @@ SHAPES = {
 }
 TOLERANCE = 2e-5
 BASELINE = "bmm_softmax.py"
+
+FAMILIES = (
+    families.scaled("large", [8.0, 1.0], "logits of large magnitude (softmax needs its max subtraction)"),
+    families.Family("positive", "non-negative operands (all logits large and positive)",
+                    lambda rng, xs: [np.abs(x) for x in xs]),
+)
 
 
 def make_inputs(rng: np.random.Generator, B: int, K: int, M: int, N: int) -> list[np.ndarray]:

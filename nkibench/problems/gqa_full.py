@@ -6,6 +6,7 @@ h // (QH / KH). out[b, h] = softmax(q_h k_h^T / sqrt(D)) v_h, shape (B, QH, N, D
 
 import numpy as np
 
+from .. import families
 from ..problem import Counts
 
 PARAMS = ("B", "N", "QH", "KH", "D")
@@ -16,6 +17,12 @@ SHAPES = {
 }
 TOLERANCE = 2e-5
 BASELINE = "gqa_full.py"
+
+FAMILIES = (
+    families.scaled("large", [8.0, 1.0, 1.0], "scores of large magnitude (softmax needs its max subtraction)"),
+    families.Family("positive", "non-negative queries and keys, sparse values",
+                    lambda rng, xs: [np.abs(xs[0]), np.abs(xs[1]), families.zeros(xs[2], rng, 0.5)]),
+)
 
 
 def check_shape(B: int, N: int, QH: int, KH: int, D: int) -> None:

@@ -7,6 +7,7 @@ channel i and state s the recurrence h[t] = exp(delta[i,t] a[i,s]) h[t-1] + delt
 
 import numpy as np
 
+from .. import families
 from ..problem import Counts
 
 PARAMS = ("M", "C", "S")
@@ -17,6 +18,12 @@ SHAPES = {
 }
 TOLERANCE = 3e-5
 BASELINE = "mamba.py"
+
+FAMILIES = (
+    families.Family("decaying", "positive step sizes and a negative state matrix (the model's own domain, strong decay)",
+                    lambda rng, xs: [np.abs(xs[0]) * np.float32(20.0), xs[1], -np.abs(xs[2]) * np.float32(20.0), xs[3], xs[4]]),
+    families.scaled("large", [1.0, 100.0, 1.0, 10.0, 10.0], "large inputs and projections"),
+)
 
 
 def make_inputs(rng: np.random.Generator, M: int, C: int, S: int) -> list[np.ndarray]:

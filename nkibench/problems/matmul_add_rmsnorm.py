@@ -7,6 +7,7 @@ every input is an array.
 
 import numpy as np
 
+from .. import families
 from ..problem import Counts
 
 PARAMS = ("M", "N", "K")
@@ -17,6 +18,11 @@ SHAPES = {
 }
 TOLERANCE = 2e-5
 BASELINE = "matmul_add_rmsnorm.py"
+
+FAMILIES = (
+    families.scaled("large", [1e3, 1.0, 1e4, 1.0], "large activations"),
+    families.scaled("small", [1e-5, 1.0, 1e-5, 1.0], "tiny activations (the epsilon dominates the mean square)"),
+)
 EPS = 1e-5
 
 

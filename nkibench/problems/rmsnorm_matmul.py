@@ -3,6 +3,7 @@
 
 import numpy as np
 
+from .. import families
 from ..problem import Counts
 
 PARAMS = ("M", "N", "K")
@@ -13,6 +14,12 @@ SHAPES = {
 }
 TOLERANCE = 2e-5
 BASELINE = "rmsnorm_matmul.py"
+
+FAMILIES = (
+    families.scaled("large", [1e3, 1.0], "large activations"),
+    families.Family("outliers", "a few activations hundreds of times larger than the rest",
+                    lambda rng, xs: [families.outliers(xs[0], rng, 0.01, 50.0, 500.0), xs[1]]),
+)
 
 
 def make_inputs(rng: np.random.Generator, M: int, N: int, K: int) -> list[np.ndarray]:

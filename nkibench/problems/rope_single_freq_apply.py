@@ -7,6 +7,7 @@ With x0 = x[:D/2] and x1 = x[D/2:]: out = [x0 cos - x1 sin ; x0 sin + x1 cos].
 
 import numpy as np
 
+from .. import families
 from ..problem import Counts
 
 PARAMS = ("B", "H", "N", "D")
@@ -17,6 +18,17 @@ SHAPES = {
 }
 TOLERANCE = 2e-5
 BASELINE = "rope_single_freq_apply.py"
+
+FAMILIES = (
+    families.scaled("large", [1e3, 1.0, 1.0], "large activations"),
+    families.Family("rotations", "true rotations (cos and sin of one angle) of large vectors",
+                    lambda rng, xs: _rotations(rng, xs)),
+)
+
+
+def _rotations(rng: np.random.Generator, xs: list[np.ndarray]) -> list[np.ndarray]:
+    theta = rng.uniform(-np.pi, np.pi, xs[1].shape)
+    return [xs[0] * np.float32(100.0), np.cos(theta).astype(np.float32), np.sin(theta).astype(np.float32)]
 
 
 def check_shape(B: int, H: int, N: int, D: int) -> None:

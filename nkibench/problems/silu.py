@@ -8,6 +8,7 @@ Module layout shared by every built-in problem:
   make_inputs(rng, **shape) -> list of arrays     (rng: a np.random.Generator per seed)
   reference(*inputs) -> array or tuple of arrays
   counts(**shape) -> Counts                        (the paper's flop and byte formulas)
+  FAMILIES    held-out input families valid for the operator's math (nkibench.families)
   to_kernel_inputs / from_kernel_outputs          optional; default: identity / reshape
   check_shape(**shape)                            optional; raises ValueError for shapes the
                                                   operator itself cannot take
@@ -15,6 +16,7 @@ Module layout shared by every built-in problem:
 
 import numpy as np
 
+from .. import families
 from ..problem import Counts
 
 PARAMS = ("M", "N")
@@ -25,6 +27,12 @@ SHAPES = {
 }
 TOLERANCE = 2e-5
 BASELINE = "silu.py"
+
+FAMILIES = (
+    families.scaled("large", [30.0], "large magnitudes (x up to about +-130)"),
+    families.Family("edges", "zeros and large values of both signs",
+                    lambda rng, xs: [families.zeros(families.outliers(xs[0], rng, 0.15, 8.0, 80.0), rng, 0.15)]),
+)
 
 
 def make_inputs(rng: np.random.Generator, M: int, N: int) -> list[np.ndarray]:

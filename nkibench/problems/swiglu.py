@@ -3,6 +3,7 @@
 
 import numpy as np
 
+from .. import families
 from ..problem import Counts
 
 PARAMS = ("M", "N", "K")
@@ -13,6 +14,12 @@ SHAPES = {
 }
 TOLERANCE = 2e-5
 BASELINE = "swiglu.py"
+
+FAMILIES = (
+    families.scaled("large", [8.0, 1.0, 1.0, 1.0], "large activations (gates far in both tails of the sigmoid)"),
+    families.Family("sparse", "sparse activations with zero rows",
+                    lambda rng, xs: [families.zero_rows(families.zeros(xs[0], rng, 0.5), rng, 0.1), *xs[1:]]),
+)
 
 
 def make_inputs(rng: np.random.Generator, M: int, N: int, K: int) -> list[np.ndarray]:

@@ -39,6 +39,25 @@ def _probe(kind: str, arg: str) -> str:
             __import__(arg)
         elif kind == "kill":
             os.kill(os.getppid(), 0)
+        elif kind == "sqlite":
+            import sqlite3
+
+            sqlite3.connect(arg).close()
+        elif kind == "fork_exec":
+            # the pre-imported C function that subprocess uses, called directly (no audit event)
+            import _posixsubprocess
+
+            r, w = os.pipe()
+            pid = _posixsubprocess.fork_exec(
+                [b"/bin/sh", b"-c", b"true"], [b"/bin/sh"], True, (w,), None, None, -1, -1, -1, -1, -1, -1,
+                r, w, True, False, -1, None, None, None, -1, None, False)
+            os.waitpid(pid, 0)
+        elif kind == "subprocess_alias":
+            import subprocess
+
+            # the reference subprocess itself calls (an alias on 3.12+, the module attribute before)
+            fn = getattr(subprocess, "_fork_exec", None) or subprocess._posixsubprocess.fork_exec
+            fn()
         elif kind == "numpy_save":
             import numpy as np
 
@@ -47,6 +66,8 @@ def _probe(kind: str, arg: str) -> str:
         return f"refused: {exc}"
     except OSError as exc:
         return f"oserror: {exc}"
+    except TypeError as exc:   # a disarmed function refuses before it reads its arguments
+        return f"typeerror: {exc}"
     return "allowed"
 
 
@@ -55,6 +76,9 @@ def main() -> None:
     apply_limits(request["limits"])
     channel = os.fdopen(request["channel_fd"], "w")
     import numpy  # noqa: F401  (imported before the guard, as in the worker)
+
+    for name in request.get("preimport", []):   # modules already loaded when the guard goes on
+        __import__(name)
 
     guard.install(request["files"], guard.python_roots() + request["dirs"], os.getcwd(),
                   allow_exec=request.get("allow_exec", False))

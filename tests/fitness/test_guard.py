@@ -10,12 +10,13 @@ from fitness import sandbox
 HERE = str(Path(__file__).resolve().parent)
 
 
-def probe(tmp_path: Path, probes: list[tuple[str, str]], files=(), dirs=(), allow_exec=False) -> list[str]:
+def probe(tmp_path: Path, probes: list[tuple[str, str]], files=(), dirs=(), allow_exec=False,
+          preimport=()) -> list[str]:
     work = tmp_path / "work"
     work.mkdir()
     got: list[dict] = []
     outcome = sandbox.run("guard_target", {"probes": probes, "files": list(files), "dirs": list(dirs),
-                                           "allow_exec": allow_exec},
+                                           "allow_exec": allow_exec, "preimport": list(preimport)},
                           sandbox.Limits(30, 2048), work, lambda m: got.append(m) is None, path=[HERE])
     assert outcome.returncode == 0, outcome.stderr
     return got[0]["results"]
@@ -65,3 +66,20 @@ def test_trainium_mode_lets_the_sdk_run_programs_but_still_keeps_writes_in(tmp_p
     assert res[0] == "allowed" and res[1] in ("allowed", "oserror: [Errno 2] No such file or directory: "
                                                          "'/etc/hostname'")
     assert res[2].startswith("refused: sandbox: writing") and res[3] == "allowed"
+
+
+def test_sqlite_is_refused_whether_or_not_it_was_imported_before_the_guard(tmp_path):
+    outside = tmp_path / "db.sqlite"
+    fresh = probe(tmp_path, [("sqlite", str(outside))])
+    assert fresh[0].startswith("refused: sandbox: importing 'sqlite3'")
+    (tmp_path / "work").rmdir()
+    loaded = probe(tmp_path, [("sqlite", str(outside)), ("sqlite", ":memory:")], preimport=["sqlite3"])
+    assert all(r.startswith("refused: sandbox: sqlite3.") for r in loaded), loaded
+    assert not outside.exists()
+
+
+def test_an_already_imported_fork_exec_cannot_start_a_process(tmp_path):
+    # the worker imports subprocess (and with it _posixsubprocess) before the guard goes on
+    res = probe(tmp_path, [("fork_exec", ""), ("subprocess_alias", "")], preimport=["subprocess"])
+    assert res[0] == "refused: sandbox: _posixsubprocess.fork_exec is not allowed"
+    assert res[1] == "refused: sandbox: _posixsubprocess.fork_exec is not allowed"

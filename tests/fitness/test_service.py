@@ -141,7 +141,7 @@ def test_run_goes_on_after_failures(evaluator):
 
 def test_held_out_seeds_are_labelled_by_position_only(evaluator):
     labels = [c.label for c in evaluator._cases(SPEC)]
-    assert labels == ["seed 0", "seed 21", "held-out seed 1"]
+    assert labels == ["seed 0", "seed 21", "held-out seed 1 (input family 'large')"]
     assert not any("90210" in label for label in labels)
 
 
