@@ -74,11 +74,7 @@ class SeedData:
     seed: int
     inputs: tuple[Input, ...]    # .npy paths (arrays) or Scalars, in the reference's argument order
     expected: tuple[str, ...]    # .npy paths, one per reference output
-    family: str = "standard"     # the input family the seed's inputs were drawn from
-
-    @property
-    def input_files(self) -> tuple[str, ...]:
-        return tuple(p for p in self.inputs if isinstance(p, str))
+    family: str = STANDARD       # the input family the seed's inputs were drawn from
 
     def request_inputs(self) -> list[Any]:
         """The inputs as the kernel process's request carries them (JSON)."""
@@ -117,7 +113,7 @@ class ReferenceStore:
         self.root = Path(root)
         self.timeout_s = timeout_s
         self._lock = threading.Lock()
-        self._known: dict[tuple[ProblemSpec, int], SeedData] = {}
+        self._known: dict[tuple[ProblemSpec, Draw], SeedData] = {}
 
     def seed_dir(self, spec: ProblemSpec, draw: Draw) -> Path:
         return self.root / spec_key(spec) / seed_folder(*draw)
