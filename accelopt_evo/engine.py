@@ -139,13 +139,10 @@ class Engine:
                        generation=self.generation + 1, rng=self.np_rng, lessons=self.memory.lessons(),
                        baseline_source=problem.baseline_source, inputs=self._inputs[problem.name])
 
-    def _children_per_request(self, kind: str) -> int:
-        per = getattr(self.operators, "children_per_request", None)
-        return max(1, int(per(kind))) if per else 1
-
-    def _requests(self, state: ProblemState, count: int) -> list[Request]:
-        """Variation requests for about `count` children: each is a crossover with probability
-        cx / (cx + mut), else a mutation; all parents are drawn in one selection call (so that
+    def _requests(self, state: ProblemState, count: int, ctx: Context) -> list[Request]:
+        """Variation requests for `count` children, less than one request's worth more: each is
+        a crossover with probability cx / (cx + mut), else a mutation, and counts the children
+        the operators expect of it; all parents are drawn in one selection call (so that
         `best` expands the top kernels in turn, as a beam search does)."""
         var = self.cfg.variation
         p_cx = var.crossover_prob / (var.crossover_prob + var.mutation_prob)
@@ -155,7 +152,7 @@ class Engine:
         while expected < count:
             kind = CROSSOVER if len(parents) >= 2 and self.py_rng.random() < p_cx else MUTATION
             kinds.append(kind)
-            expected += self._children_per_request(kind)
+            expected += max(1, self.operators.children_per_request(kind, ctx))
         slots = sum(2 if k == CROSSOVER else 1 for k in kinds)
         picks = self.toolbox.select(parents, slots)
         picks = [picks[i % len(picks)] for i in range(slots)]  # selBest returns at most len(parents)
@@ -225,7 +222,7 @@ class Engine:
             started = time.perf_counter()
             state = self.states[name]
             ctx = self._context(problem)
-            requests = self._requests(state, self.cfg.population.offspring)
+            requests = self._requests(state, self.cfg.population.offspring, ctx)
             children = [c for group in self.toolbox.vary(requests, ctx) for c in group]
             reports.append(self._absorb(state, problem, children, [], started, generation=gen))
         self.generation = gen

@@ -15,6 +15,7 @@ from tqdm import tqdm
 from nkibench import registry
 from nkibench.problem import Problem
 from fitness.references import ReferenceError as ReferenceFailure
+from operators.base import Operators
 from operators.tuning import TuningOperators
 
 from . import config as config_mod
@@ -91,7 +92,7 @@ def eval_settings(cfg: Config) -> Any:
                         cache_dir=e.cache_dir)
 
 
-def choose_operators(cfg: Config, run_dir: Path | None, check: bool = True) -> tuple[Any, str]:
+def choose_operators(cfg: Config, run_dir: Path | None, check: bool = True) -> tuple[Operators | None, str]:
     """The operator set for `operators.kind`, and a sentence saying why. With LLM operators the
     endpoint is checked first, so an unreachable one stops the run before anything is spent."""
     from operators.llm.mixing import resolve_kind
@@ -144,7 +145,7 @@ class Outcome:
 class Run:
     """A run in its folder: persists each generation and checkpoints atomically."""
 
-    def __init__(self, cfg: Config, folder: RunFolder, engine: Engine, operators: Any, *,
+    def __init__(self, cfg: Config, folder: RunFolder, engine: Engine, operators: Operators, *,
                  progress: bool = True, log: Callable[[str], None] = tqdm.write):
         self.cfg = cfg
         self.folder = folder
@@ -167,23 +168,19 @@ class Run:
         write_json_atomic(self.folder.memory, {"entries": self.engine.memory.to_json()})
         state = self.engine.state_dict()
         state.update(version=CHECKPOINT_VERSION, config_hash=self.cfg.hash(), written=time.time(),
-                     llm_spent=_llm_spent(self.operators))
+                     llm_spent=self.operators.spent())
         write_json_atomic(self.folder.checkpoint_path(self.engine.generation), state)
-
-    def stop_reason(self) -> str | None:
-        fn = getattr(self.operators, "stop_reason", None)
-        return fn() if fn else None
 
     def until(self, gens: int) -> Outcome:
         if self.engine.generation < 0:
             self.persist(self.engine.initialize())
-        stop = self.stop_reason()
+        stop = self.operators.stop_reason()
         with tqdm(total=gens, initial=min(self.engine.generation, gens), desc="generations", unit="gen",
                   disable=not self.progress, dynamic_ncols=True) as bar:
             while self.engine.generation < gens and stop is None:
                 self.persist(self.engine.step())
                 bar.update(1)
-                stop = self.stop_reason()
+                stop = self.operators.stop_reason()
         if stop:
             self.log(f"run stopped after generation {self.engine.generation}: {stop}")
         return self.outcome(stop)
@@ -196,11 +193,6 @@ class Run:
                           "speedup": ind.result.speedup, "percent_of_peak": ind.result.percent_of_peak,
                           "latency_ms": ind.result.latency_ms, "backend": ind.result.backend}
         return Outcome(self.folder, best, stop, self.cfg.evaluation.target)
-
-
-def _llm_spent(operators: Any) -> dict[str, Any]:
-    fn = getattr(operators, "spent", None)
-    return fn() if fn else {}
 
 
 def open_evaluator(cfg: Config, folder: RunFolder | None) -> Any:
@@ -246,7 +238,7 @@ def resume_run(path: str | Path, gens: int | None = None, *, progress: bool = Tr
                   cfg.run.gens if gens is None else gens, progress, log, evaluator_factory)
 
 
-def _drive(cfg: Config, folder: RunFolder, problems: list[Problem], operators: Any, memory: OptimizationMemory,
+def _drive(cfg: Config, folder: RunFolder, problems: list[Problem], operators: Operators, memory: OptimizationMemory,
            checkpoint: dict[str, Any] | None, gens: int, progress: bool, log: Callable[[str], None],
            evaluator_factory: EvaluatorFactory) -> Outcome:
     with evaluator_factory(cfg, folder) as evaluator:
@@ -261,9 +253,7 @@ def _drive(cfg: Config, folder: RunFolder, problems: list[Problem], operators: A
         except (BaselineError, ReferenceFailure) as exc:
             raise UserError(str(exc)) from None
         finally:
-            close = getattr(operators, "close", None)
-            if close:
-                close()
+            operators.close()
     if cfg.run.report:
         from .report import write_report
 
