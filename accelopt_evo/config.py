@@ -29,6 +29,7 @@ SELECTION_METHODS = ("tournament", "best", "roulette", "double_tournament")
 OPERATOR_KINDS = ("auto", "llm", "tuning")
 BACKENDS = ("auto", "simulator", "trainium")
 TARGETS = ("trn1", "trn2")
+HELDOUT_MODES = ("secret", "derived")
 LLM_ROLES = ("planner", "implementer", "crossover", "repair", "summarizer")
 
 
@@ -135,7 +136,10 @@ class EvaluationSection:
     backend: str = "auto"
     target: str = "trn1"
     seeds: list[int] = field(default_factory=lambda: [0, 21, 42, 63, 84])
-    heldout_seeds: int = 2               # extra seeds derived from run.seed, never shown to an LLM
+    heldout_seeds: int = 2               # extra correctness seeds no prompt or kernel sees
+    # "secret": held-out seeds drawn from the operating system's randomness per run (recorded in
+    # the run folder's heldout.json, reused on resume); "derived": from run.seed (exact reruns).
+    heldout: str = "secret"
     rel_tol: float = 0.0                 # 0 = the problem's own tolerance
     timeout_s: float = 300.0
     memory_limit_mb: int = 8192
@@ -160,9 +164,17 @@ class Config:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
-    def hash(self) -> str:
-        """Stable short hash of the resolved configuration."""
-        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+    def hash(self, omit: tuple[str, ...] | list[str] = ()) -> str:
+        """Stable short hash of the resolved configuration, without the dotted keys `omit`
+        (settings that a run folder of an older release did not know)."""
+        data = self.to_dict()
+        for dotted in omit:
+            *path, last = dotted.split(".")
+            node = data
+            for part in path:
+                node = node[part]
+            node.pop(last, None)
+        blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -295,6 +307,7 @@ def _check(cfg: Config) -> Config:
     need(e.target in TARGETS, "evaluation.target", f"must be one of {', '.join(TARGETS)}")
     need(bool(e.seeds), "evaluation.seeds", "must list at least one seed")
     need(e.heldout_seeds >= 0, "evaluation.heldout_seeds", "must be >= 0")
+    need(e.heldout in HELDOUT_MODES, "evaluation.heldout", f"must be one of {', '.join(HELDOUT_MODES)}")
     need(e.rel_tol >= 0, "evaluation.rel_tol", "must be >= 0 (0 = the problem's tolerance)")
     need(e.timeout_s > 0, "evaluation.timeout_s", "must be > 0")
     need(e.memory_limit_mb >= 256, "evaluation.memory_limit_mb", "must be >= 256")
