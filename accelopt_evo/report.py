@@ -679,7 +679,8 @@ def _memory(data: RunData) -> list[str]:
                      "rationale (first line)"], rows)
     lines += ["", "### Rationales", ""]
     for i, e in enumerate(data.memory, 1):
-        lines += [f"**{i}. {e.problem}, {e.kind} {_f(e.speedup, '.3f', '×')}** (`{e.parent_id}` → `{e.child_id}`)", "",
+        lines += [f"**{i}. {e.problem}, {e.kind} {_f(e.speedup, '.3f', '×')}** "
+                  f"(`{e.parent_id}` → `{e.child_id}`)", "",
                   e.rationale.strip() or "(no rationale)", ""]
         if e.diff:
             lines += ["<details><summary>diff</summary>", "", *_fence(e.diff, "diff"), "", "</details>", ""]

@@ -100,16 +100,6 @@ def new_heldout(cfg: Config) -> HeldoutSeeds:
     return HeldoutSeeds("secret", secret_heldout_seeds(e.heldout_seeds, e.seeds))
 
 
-def eval_settings(cfg: Config, heldout: tuple[int, ...]) -> Any:
-    """The fitness.settings.EvalSettings of a config, with the run's held-out seed values."""
-    from fitness.settings import EvalSettings
-
-    e = cfg.evaluation
-    return EvalSettings(backend=e.backend, target=e.target, seeds=tuple(e.seeds), heldout_seeds=heldout,
-                        rel_tol=e.rel_tol, timeout_s=e.timeout_s, memory_limit_mb=e.memory_limit_mb,
-                        workers=e.workers, cache_dir=e.cache_dir)
-
-
 def choose_operators(cfg: Config, run_dir: Path | None, check: bool = True) -> tuple[Operators | None, str]:
     """The operator set for `operators.kind`, and a sentence saying why. With LLM operators the
     endpoint is checked first, so an unreachable one stops the run before anything is spent."""
@@ -217,9 +207,9 @@ def open_evaluator(cfg: Config, folder: RunFolder | None) -> Any:
     from fitness.service import Evaluator
 
     recorded = read_heldout(folder.heldout) if folder else None
-    heldout = (recorded or new_heldout(cfg)).seeds
+    settings = config_mod.evaluation_settings(cfg, (recorded or new_heldout(cfg)).seeds)
     try:
-        return Evaluator(eval_settings(cfg, heldout), run_dir=folder.root.resolve() if folder else None)
+        return Evaluator(settings, run_dir=folder.root.resolve() if folder else None)
     except BackendError as exc:
         raise UserError(str(exc)) from None
 
