@@ -68,6 +68,10 @@ def test_a_file_of_a_newer_schema_ends_with_one_line_naming_it(tmp_path, capsys,
         path.write_text("\n".join(lines) + "\n")
     else:
         path.write_text(json.dumps({**json.loads(path.read_text()), "schema": SCHEMA + 1}))
-    assert main(["report", str(folder.root)]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and file.split("/")[-1] in err and f"schema {SCHEMA + 1}" in err
+    commands = [["report", str(folder.root)]]
+    if file != "memory.json":   # a resume reads the memory from the checkpoint
+        commands.append(["resume", str(folder.root), "--no-progress"])
+    for command in commands:
+        assert main(command) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and file.split("/")[-1] in err and f"schema {SCHEMA + 1}" in err
