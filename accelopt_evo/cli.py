@@ -13,6 +13,7 @@ from typing import Any, Sequence
 
 from . import config as config_mod
 from .errors import UserError
+from .records import figure_label
 
 EXIT_USAGE = 2
 
@@ -117,7 +118,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 def _print_outcome(outcome: Any) -> None:
     for name, b in outcome.best.items():
         pct = f"{b['percent_of_peak']:.1f}% of peak" if b["percent_of_peak"] is not None else "% of peak unknown"
-        label = f"simulated estimate for {outcome.target}" if b["backend"] == "simulator" else f"measured on {b['backend']}"
+        label = figure_label(b["backend"], outcome.target)
         print(f"best {name}: {b['path']}  speedup {b['speedup']:.3f}x over the baseline, {pct} "
               f"({b['latency_ms']:.4f} ms; {label})")
     report = getattr(outcome, "report_path", None)
@@ -157,9 +158,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def _describe_result(r: Any) -> str:
     if not r.ok:
         return f"{r.status}: {r.error}"
-    label = "simulated estimate" if r.backend == "simulator" else f"measured on {r.backend}"
     pct = f", {r.percent_of_peak:.1f}% of peak" if r.percent_of_peak is not None else ", % of peak unknown"
-    lines = [f"ok: {r.latency_ms:.4f} ms ({label} for {r.target}), speedup {r.speedup:.3f}x{pct}"]
+    lines = [f"ok: {r.latency_ms:.4f} ms ({figure_label(r.backend, r.target)}), speedup {r.speedup:.3f}x{pct}"]
     if r.profile.get("bottleneck"):
         lines.append(str(r.profile["bottleneck"]))
     return "\n".join(lines)

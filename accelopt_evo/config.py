@@ -7,6 +7,7 @@ key. The resolved config is written to ``RUN_DIR/config.toml`` together with its
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import hashlib
 import json
@@ -23,13 +24,15 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
+from fitness.settings import BACKENDS, TARGETS, EvalSettings
+from operators.llm.settings import ROLES as LLM_ROLES
+from operators.llm.settings import BudgetSettings, LLMSettings, RoleSettings
+
 from .errors import UserError
 
 SELECTION_METHODS = ("tournament", "best", "roulette", "double_tournament")
 OPERATOR_KINDS = ("auto", "llm", "tuning")
-BACKENDS = ("auto", "simulator", "trainium")
-TARGETS = ("trn1", "trn2")
-LLM_ROLES = ("planner", "implementer", "crossover", "repair", "summarizer")
+HELDOUT_MODES = ("secret", "derived")
 
 
 @dataclass
@@ -87,60 +90,65 @@ class OperatorsSection:
     llm_fraction: float = 1.0
 
 
+# --------------------------------------------------------------------------------------------
+# Sections of the evaluation service and the LLM client: generated from their settings types
+# (fitness.settings, operators.llm.settings), where each of those settings is declared once.
+
+
+def _toml_type(tp: Any) -> Any:
+    """The configuration's type of a settings field: tuples are lists, mappings are tables."""
+    origin = typing.get_origin(tp)
+    if origin is tuple:
+        return list[typing.get_args(tp)[0]]  # tuple[int, ...] -> list[int]
+    if origin is collections.abc.Mapping:
+        return dict[typing.get_args(tp)]
+    return tp
+
+
+def _section(name: str, settings: type, doc: str, *, skip: tuple[str, ...] = (), optional: bool = False) -> type:
+    """A mutable config section with the fields, types and defaults of the dataclass `settings`
+    but `skip`; with `optional`, every field but a table is unset (None) by default."""
+    hints = typing.get_type_hints(settings)
+    spec: list[tuple[str, Any, Any]] = []
+    for f in dataclasses.fields(settings):
+        if f.name in skip:
+            continue
+        tp = _toml_type(hints[f.name])
+        if typing.get_origin(tp) is dict:
+            spec.append((f.name, tp, field(default_factory=dict)))
+        elif optional:
+            spec.append((f.name, typing.Optional[tp], None))
+        elif typing.get_origin(tp) is list:
+            spec.append((f.name, tp, field(default_factory=lambda d=f.default: list(d))))
+        else:
+            spec.append((f.name, tp, f.default))
+    return dataclasses.make_dataclass(name, spec, namespace={"__module__": __name__, "__doc__": doc})
+
+
+RoleSection = _section("RoleSection", RoleSettings, "Per-role overrides of the LLM settings; unset fields inherit "
+                       "from [llm].", skip=("role",), optional=True)
+RolesSection = dataclasses.make_dataclass(
+    "RolesSection", [(role, RoleSection, field(default_factory=RoleSection)) for role in LLM_ROLES],
+    namespace={"__module__": __name__, "__doc__": "[llm.roles.<role>] for each LLM role."})
+BudgetSection = _section("BudgetSection", BudgetSettings, "[budget]: caps on billed LLM use (0 = no cap).")
+
+
 @dataclass
-class RoleSection:
-    """Per-role overrides of the LLM settings; unset fields inherit from [llm]."""
+class LLMSection(_section("_LLMFields", LLMSettings, "", skip=("roles",))):
+    """[llm]: the fields of operators.llm.settings.LLMSettings, and per-role tables."""
 
-    model: str | None = None
-    base_url: str | None = None
-    temperature: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class RolesSection:
-    planner: RoleSection = field(default_factory=RoleSection)
-    implementer: RoleSection = field(default_factory=RoleSection)
-    crossover: RoleSection = field(default_factory=RoleSection)
-    repair: RoleSection = field(default_factory=RoleSection)
-    summarizer: RoleSection = field(default_factory=RoleSection)
-
-
-@dataclass
-class LLMSection:
-    base_url: str = ""
-    model: str = ""
-    api_key_env: str = "OPENAI_API_KEY"  # the key is read from this variable, never stored
-    max_concurrency: int = 4
-    temperature: float = 0.7
-    timeout_s: float = 180.0
-    max_retries: int = 4
-    price_input_per_mtok: float = 0.0    # USD per million prompt tokens
-    price_output_per_mtok: float = 0.0   # USD per million completion tokens
-    plans_per_parent: int = 1
-    samples_per_plan: int = 1
-    extra: dict[str, Any] = field(default_factory=dict)   # extra request parameters
     roles: RolesSection = field(default_factory=RolesSection)
 
 
 @dataclass
-class BudgetSection:
-    max_usd: float = 0.0                 # 0 = no cap
-    max_tokens: int = 0                  # 0 = no cap
-    max_llm_calls: int = 0               # 0 = no cap
+class EvaluationSection(_section("_EvalFields", EvalSettings, "", skip=("heldout_seeds",))):
+    """[evaluation]: the fields of fitness.settings.EvalSettings, but held-out seeds as a count
+    and a mode (the run turns them into values that no configuration file shows)."""
 
-
-@dataclass
-class EvaluationSection:
-    backend: str = "auto"
-    target: str = "trn1"
-    seeds: list[int] = field(default_factory=lambda: [0, 21, 42, 63, 84])
-    heldout_seeds: int = 2               # extra seeds derived from run.seed, never shown to an LLM
-    rel_tol: float = 0.0                 # 0 = the problem's own tolerance
-    timeout_s: float = 300.0
-    memory_limit_mb: int = 8192
-    workers: int = 2
-    cache_dir: str = ""                  # optional evaluation cache shared between runs
+    heldout_seeds: int = 2               # extra correctness seeds no prompt or kernel sees
+    # "secret": held-out seeds drawn from the operating system's randomness per run (recorded in
+    # the run folder's heldout.json, reused on resume); "derived": from run.seed (exact reruns).
+    heldout: str = "secret"
 
 
 @dataclass
@@ -160,9 +168,17 @@ class Config:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
-    def hash(self) -> str:
-        """Stable short hash of the resolved configuration."""
-        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+    def hash(self, omit: tuple[str, ...] | list[str] = ()) -> str:
+        """Stable short hash of the resolved configuration, without the dotted keys `omit`
+        (settings that a run folder of an older release did not know)."""
+        data = self.to_dict()
+        for dotted in omit:
+            *path, last = dotted.split(".")
+            node = data
+            for part in path:
+                node = node[part]
+            node.pop(last, None)
+        blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -295,11 +311,23 @@ def _check(cfg: Config) -> Config:
     need(e.target in TARGETS, "evaluation.target", f"must be one of {', '.join(TARGETS)}")
     need(bool(e.seeds), "evaluation.seeds", "must list at least one seed")
     need(e.heldout_seeds >= 0, "evaluation.heldout_seeds", "must be >= 0")
+    need(e.heldout in HELDOUT_MODES, "evaluation.heldout", f"must be one of {', '.join(HELDOUT_MODES)}")
     need(e.rel_tol >= 0, "evaluation.rel_tol", "must be >= 0 (0 = the problem's tolerance)")
     need(e.timeout_s > 0, "evaluation.timeout_s", "must be > 0")
     need(e.memory_limit_mb >= 256, "evaluation.memory_limit_mb", "must be >= 256")
     need(e.workers >= 1, "evaluation.workers", "must be >= 1")
+    try:  # whatever else the evaluation service refuses, in its own words
+        evaluation_settings(cfg)
+    except (TypeError, ValueError) as exc:
+        raise UserError(f"config section 'evaluation': {exc}") from None
     return cfg
+
+
+def evaluation_settings(cfg: Config, heldout: tuple[int, ...] = ()) -> EvalSettings:
+    """The evaluation service's settings of a config, given the run's held-out seed values."""
+    e = cfg.evaluation
+    names = [f.name for f in dataclasses.fields(EvalSettings) if f.name != "heldout_seeds"]
+    return EvalSettings(**{n: getattr(e, n) for n in names}, heldout_seeds=heldout)
 
 
 # --------------------------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 A generation, per problem (DESIGN.md "Data flow of one generation"):
 select parents -> vary (operators) -> dedupe -> evaluate -> repair -> memory update ->
 (mu + lambda) survivors with elitism -> hall of fame, logbook. The runner checkpoints after
-each generation; everything the loop needs to continue is in `Engine.state_dict()`.
+each generation; everything the loop needs to continue is in `Engine.state_dict()` (a
+records.Checkpoint).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from operators.base import CROSSOVER, MUTATION, Child, Context, Operators, Paren
 from .config import Config
 from .individual import KernelRecord, ProblemState, kernel_from_meta, new_kernel
 from .memory import Candidate, OptimizationMemory
+from .records import Checkpoint, EvaluationLine, ProblemInfo
 from .selection import select_distinct, selection_operator
 
 HALL_OF_FAME_SIZE = 10
@@ -40,34 +42,15 @@ class Evaluator(Protocol):
 
 
 @dataclass
-class EvalRecord:
-    """One line of evaluations.jsonl."""
-
-    generation: int
-    problem: str
-    kernel_id: str
-    operator: str
-    parent_ids: tuple[str, ...]
-    reused: bool                      # an identical kernel was evaluated earlier in the run
-    result: EvalResult
-
-    def to_dict(self) -> dict[str, Any]:
-        d = self.result.to_dict()
-        d.update(generation=self.generation, problem=self.problem, kernel_id=self.kernel_id,
-                 operator=self.operator, parent_ids=list(self.parent_ids), reused=self.reused)
-        return d
-
-
-@dataclass
 class GenerationReport:
     generation: int
     problem: str
     entry: dict[str, Any]                       # the logbook entry
-    evaluations: list[EvalRecord] = field(default_factory=list)
+    evaluations: list[EvaluationLine] = field(default_factory=list)
     new_kernels: dict[str, str] = field(default_factory=dict)   # id -> source
 
     def summary(self, where: str) -> str:
-        """One line per generation; `where` says what the figures are, e.g. "simulated trn1"."""
+        """One line per generation; `where` says what the figures are (records.figure_label)."""
         e = self.entry
         pct = f"{e['best_percent_of_peak']:.1f}% of peak ({where})" if e["best_percent_of_peak"] else "% of peak unknown"
         dup = f", {e['duplicates']} already known" if e.get("duplicates") else ""
@@ -139,13 +122,10 @@ class Engine:
                        generation=self.generation + 1, rng=self.np_rng, lessons=self.memory.lessons(),
                        baseline_source=problem.baseline_source, inputs=self._inputs[problem.name])
 
-    def _children_per_request(self, kind: str) -> int:
-        per = getattr(self.operators, "children_per_request", None)
-        return max(1, int(per(kind))) if per else 1
-
-    def _requests(self, state: ProblemState, count: int) -> list[Request]:
-        """Variation requests for about `count` children: each is a crossover with probability
-        cx / (cx + mut), else a mutation; all parents are drawn in one selection call (so that
+    def _requests(self, state: ProblemState, count: int, ctx: Context) -> list[Request]:
+        """Variation requests for `count` children, less than one request's worth more: each is
+        a crossover with probability cx / (cx + mut), else a mutation, and counts the children
+        the operators expect of it; all parents are drawn in one selection call (so that
         `best` expands the top kernels in turn, as a beam search does)."""
         var = self.cfg.variation
         p_cx = var.crossover_prob / (var.crossover_prob + var.mutation_prob)
@@ -155,7 +135,7 @@ class Engine:
         while expected < count:
             kind = CROSSOVER if len(parents) >= 2 and self.py_rng.random() < p_cx else MUTATION
             kinds.append(kind)
-            expected += self._children_per_request(kind)
+            expected += max(1, self.operators.children_per_request(kind, ctx))
         slots = sum(2 if k == CROSSOVER else 1 for k in kinds)
         picks = self.toolbox.select(parents, slots)
         picks = [picks[i % len(picks)] for i in range(slots)]  # selBest returns at most len(parents)
@@ -172,7 +152,7 @@ class Engine:
             i += 2
         return requests
 
-    def _evaluate(self, state: ProblemState, candidates: list[KernelRecord], label: str) -> list[EvalRecord]:
+    def _evaluate(self, state: ProblemState, candidates: list[KernelRecord], label: str) -> list[EvaluationLine]:
         """Evaluate candidates not evaluated before in this run; reuse known results."""
         fresh = [c for c in candidates if c.id not in state.known]
         results = self.toolbox.evaluate(state.spec, [c.source for c in fresh], progress=self.progress and label) if fresh else []
@@ -184,7 +164,7 @@ class Engine:
             c.result = state.known[c.id]
             if c.valid:
                 c.fitness.values = (float(c.result.speedup),)
-            records.append(EvalRecord(self.generation + 1, state.spec.name, c.id, c.operator, c.parent_ids,
+            records.append(EvaluationLine(self.generation + 1, state.spec.name, c.id, c.operator, c.parent_ids,
                                       c.id not in fresh_ids, c.result))
         return records
 
@@ -225,13 +205,13 @@ class Engine:
             started = time.perf_counter()
             state = self.states[name]
             ctx = self._context(problem)
-            requests = self._requests(state, self.cfg.population.offspring)
+            requests = self._requests(state, self.cfg.population.offspring, ctx)
             children = [c for group in self.toolbox.vary(requests, ctx) for c in group]
             reports.append(self._absorb(state, problem, children, [], started, generation=gen))
         self.generation = gen
         return reports
 
-    def _absorb(self, state: ProblemState, problem: Problem, children: list[Child], evaluations: list[EvalRecord],
+    def _absorb(self, state: ProblemState, problem: Problem, children: list[Child], evaluations: list[EvaluationLine],
                 started: float, generation: int, extra: Sequence[KernelRecord] = ()) -> GenerationReport:
         """Dedupe, evaluate, repair, update memory, select survivors, record the generation."""
         ctx = self._context(problem)
@@ -337,45 +317,39 @@ class Engine:
     def best(self, problem: str) -> KernelRecord:
         return self.states[problem].hall_of_fame[0]
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> Checkpoint:
         """Everything needed to continue the run (sources live in kernels/<id>.py)."""
         version, internal, gauss = self.py_rng.getstate()
-        problems = {}
-        for name, st in self.states.items():
-            problems[name] = {
-                "spec": {"name": st.spec.name, "params": st.spec.param_dict, "suite_dir": st.spec.suite_dir},
-                "baseline_id": st.baseline_id,
-                "known": {k: r.to_dict() for k, r in st.known.items()},
-            }
-        return {
-            "generation": self.generation,
-            "population": {n: [ind.meta() for ind in st.population] for n, st in self.states.items()},
-            "hall_of_fame": {n: [ind.meta() for ind in st.hall_of_fame] for n, st in self.states.items()},
-            "logbook": {n: [dict(e) for e in st.logbook] for n, st in self.states.items()},
-            "memory": self.memory.to_json(),
-            "random_state": [version, list(internal), gauss],
-            "numpy_state": self.np_rng.bit_generator.state,
-            "problems": problems,
-        }
+        return Checkpoint(
+            generation=self.generation,
+            population={n: [ind.meta() for ind in st.population] for n, st in self.states.items()},
+            hall_of_fame={n: [ind.meta() for ind in st.hall_of_fame] for n, st in self.states.items()},
+            logbook={n: [dict(e) for e in st.logbook] for n, st in self.states.items()},
+            memory=list(self.memory.entries),
+            random_state=[version, list(internal), gauss],
+            numpy_state=self.np_rng.bit_generator.state,
+            problems={n: ProblemInfo({"name": st.spec.name, "params": st.spec.param_dict,
+                                      "suite_dir": st.spec.suite_dir}, st.baseline_id, dict(st.known))
+                      for n, st in self.states.items()},
+        )
 
-    def load_state_dict(self, data: dict[str, Any], read_kernel: Callable[[str], str]) -> None:
-        version, internal, gauss = data["random_state"]
+    def load_state_dict(self, checkpoint: Checkpoint, read_kernel: Callable[[str], str]) -> None:
+        version, internal, gauss = checkpoint.random_state
         self.py_rng.setstate((version, tuple(internal), gauss))
-        self.np_rng.bit_generator.state = data["numpy_state"]
-        self.memory.load_entries(data["memory"])
-        self.generation = data["generation"]
+        self.np_rng.bit_generator.state = checkpoint.numpy_state
+        self.memory.load_entries(checkpoint.memory)
+        self.generation = checkpoint.generation
         for name, problem in self.problems.items():
-            info = data["problems"][name]
-            state = ProblemState(spec=problem.spec, baseline_id=info["baseline_id"],
-                                 known={k: EvalResult.from_dict(r) for k, r in info["known"].items()})
-            state.population = [kernel_from_meta(m, read_kernel(m["id"])) for m in data["population"][name]]
+            info = checkpoint.problems[name]
+            state = ProblemState(spec=problem.spec, baseline_id=info.baseline_id, known=dict(info.known))
+            state.population = [kernel_from_meta(m, read_kernel(m.id)) for m in checkpoint.population[name]]
             hof = tools.HallOfFame(HALL_OF_FAME_SIZE, similar=lambda a, b: a.id == b.id)
             # Restore DEAP's internal order exactly (items best first, keys ascending).
-            hof.items = [kernel_from_meta(m, read_kernel(m["id"])) for m in data["hall_of_fame"][name]]
+            hof.items = [kernel_from_meta(m, read_kernel(m.id)) for m in checkpoint.hall_of_fame[name]]
             hof.keys = [ind.fitness for ind in reversed(hof.items)]
             state.hall_of_fame = hof
             state.logbook = tools.Logbook()
-            for entry in data["logbook"][name]:
+            for entry in checkpoint.logbook[name]:
                 state.logbook.record(**entry)
             self.states[name] = state
 

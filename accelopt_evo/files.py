@@ -11,13 +11,16 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 
-def write_text_atomic(path: Path, text: str) -> None:
+def write_text_atomic(path: Path, text: str, mode: int | None = None) -> None:
+    """Replace `path` with `text` in one step (permission bits `mode` when given)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        if mode is not None:
+            os.fchmod(fd, mode)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
@@ -32,25 +35,14 @@ def write_json_atomic(path: Path, data: Any) -> None:
     write_text_atomic(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
-def append_jsonl(path: Path, record: dict[str, Any]) -> None:
-    line = (json.dumps(record, sort_keys=True) + "\n").encode()
+def append_line(path: Path, line: str) -> None:
+    """Append one whole line in one write (a reader sees it whole or, after a kill, torn last)."""
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        os.write(fd, line)  # one write of one whole line
+        os.write(fd, (line + "\n").encode())
     finally:
         os.close(fd)
 
 
-def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
-    """Records of a JSONL file; unreadable lines (a torn last line) are skipped."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return
-    for line in text.splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(record, dict):
-            yield record
+def append_jsonl(path: Path, record: dict[str, Any]) -> None:
+    append_line(path, json.dumps(record, sort_keys=True))

@@ -14,6 +14,8 @@ from deap import base, creator
 from fitness.normalize import normalize_source
 from fitness.result import EvalResult
 
+from .records import KernelMeta
+
 
 @dataclass(eq=False)
 class KernelRecord:
@@ -33,16 +35,9 @@ class KernelRecord:
     def valid(self) -> bool:
         return self.result is not None and self.result.ok and self.result.speedup is not None
 
-    def meta(self) -> dict[str, Any]:
+    def meta(self) -> KernelMeta:
         """Everything but the source (kept in kernels/<id>.py) for checkpoints."""
-        return {
-            "id": self.id,
-            "parent_ids": list(self.parent_ids),
-            "operator": self.operator,
-            "generation": self.generation,
-            "note": self.note,
-            "result": self.result.to_dict() if self.result else None,
-        }
+        return KernelMeta(self.id, self.parent_ids, self.operator, self.generation, self.note, self.result)
 
 
 def make_types() -> None:
@@ -61,11 +56,9 @@ def new_kernel(source: str, id: str, **meta: Any) -> Any:
     return ind
 
 
-def kernel_from_meta(meta: dict[str, Any], source: str) -> Any:
-    result = EvalResult.from_dict(meta["result"]) if meta.get("result") else None
-    return new_kernel(source, meta["id"], parent_ids=tuple(meta.get("parent_ids", ())),
-                      operator=meta.get("operator", ""), generation=meta.get("generation", 0),
-                      result=result, note=meta.get("note", ""))
+def kernel_from_meta(meta: KernelMeta, source: str) -> Any:
+    return new_kernel(source, meta.id, parent_ids=meta.parent_ids, operator=meta.operator,
+                      generation=meta.generation, result=meta.result, note=meta.note)
 
 
 @dataclass

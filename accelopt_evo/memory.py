@@ -10,8 +10,6 @@ memory file can seed a new run.
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,24 +17,10 @@ from typing import Any, Iterable
 
 from operators.base import Lesson
 
+from .records import MemoryEntry, read_memory_file
+
 IMPROVEMENT = "improvement"
 REGRESSION = "regression"
-
-
-@dataclass
-class MemoryEntry:
-    problem: str
-    parent_id: str
-    child_id: str
-    speedup: float          # child speedup / parent speedup
-    rationale: str
-    diff: str
-    generation: int
-    kind: str               # IMPROVEMENT or REGRESSION
-    operator: str = ""
-
-    def lesson(self) -> Lesson:
-        return Lesson(self.problem, self.kind, self.speedup, self.rationale, self.diff)
 
 
 @dataclass(frozen=True)
@@ -81,25 +65,17 @@ class OptimizationMemory:
             del self.entries[weakest]
 
     def lessons(self) -> list[Lesson]:
-        return [e.lesson() for e in self.entries]
+        return [Lesson(e.problem, e.kind, e.speedup, e.rationale, e.diff) for e in self.entries]
 
-    # Persistence ------------------------------------------------------------------------
+    # Persistence (the format is records.MemoryEntry's) --------------------------------
     def to_json(self) -> list[dict[str, Any]]:
-        return [dataclasses.asdict(e) for e in self.entries]
+        return [e.to_json() for e in self.entries]
 
-    def load_entries(self, data: list[dict[str, Any]]) -> None:
-        names = {f.name for f in dataclasses.fields(MemoryEntry)}
-        self.entries = [MemoryEntry(**{k: v for k, v in d.items() if k in names}) for d in data]
+    def load_entries(self, entries: Iterable[MemoryEntry]) -> None:
+        self.entries = list(entries)
         self._evict()
 
     @staticmethod
-    def read_file(path: str | Path) -> list[dict[str, Any]]:
-        """Entries of a memory.json (a run's memory file); raises ValueError if unusable."""
-        try:
-            data = json.loads(Path(path).read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ValueError(f"cannot read memory file '{path}': {exc}") from None
-        entries = data.get("entries") if isinstance(data, dict) else data
-        if not isinstance(entries, list):
-            raise ValueError(f"memory file '{path}' has no list of entries")
-        return entries
+    def read_file(path: str | Path) -> list[MemoryEntry]:
+        """Entries of a memory file (a run's memory.json); raises ValueError if unusable."""
+        return list(read_memory_file(path).entries)

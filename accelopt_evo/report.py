@@ -3,80 +3,43 @@
 The report answers, at a glance: did the run work (best speedup and % of peak per problem, the
 paper's metric, next to AccelOpt's published figures), what it found (the best kernels and
 their diffs, their lineage), what it cost (evaluations, LLM tokens and dollars) and what the
-optimization memory learned. It reads the folder tolerantly, so that a run in progress or one
-cut short by a crash still gets a report: every missing or damaged file is listed, and a
-section without data says so.
+optimization memory learned. It reads the folder through `records`, tolerantly, so that a run
+in progress or one cut short by a crash still gets a report: every missing or damaged file is
+listed, and a section without data says so. This module holds views and markdown only.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
-import json
 import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
+from fitness.result import STATUSES
 from nkibench import paper
 
 from .errors import UserError
 from .files import write_text_atomic
+from .records import (Checkpoint, EvaluationLine, KernelMeta, Lines, MemoryEntry, RecordError, figure_label,
+                      read_checkpoint, read_evaluations, read_llm_calls, read_memory_file)
 from .runfolder import RunFolder
+
+if TYPE_CHECKING:
+    from operators.llm.ledger import CallRecord
 
 PAPER_SOURCE = "AccelOpt (Zhang et al., MLSys 2026), trn1 figures read off the paper's chart"
 PAPER_TRN1 = paper.TRN1_PERCENT_OF_PEAK
 PAPER_GEOMEAN = paper.GEOMEAN_PERCENT_OF_PEAK
 
-STATUS_ORDER = ("ok", "incorrect", "compile_error", "rejected", "timeout", "memory_exceeded", "crashed")
 NO_KERNEL = "operator failed"   # an operator returned no kernel (counted in the logbook only)
+__all__ = ["figure_label"]      # re-exported: the one label of a figure lives in records
 
 
 # --------------------------------------------------------------------------------------------
-# What the run folder holds, parsed tolerantly.
-
-
-@dataclass(frozen=True)
-class Evaluation:
-    """One line of evaluations.jsonl."""
-
-    generation: int
-    problem: str
-    kernel_id: str
-    operator: str
-    parent_ids: tuple[str, ...]
-    reused: bool
-    status: str
-    error: str
-    latency_ms: float | None
-    speedup: float | None
-    percent_of_peak: float | None
-    backend: str
-    target: str
-    seconds: float
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "ok" and self.speedup is not None
-
-
-@dataclass(frozen=True)
-class LlmCall:
-    """One line of llm_calls.jsonl (the fields the report uses)."""
-
-    role: str
-    model: str
-    generation: int          # -1: the ledger did not say
-    prompt_tokens: int
-    completion_tokens: int
-    cost_usd: float
-    status: str
-    cached: bool
-
-    @property
-    def tokens(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
+# What the run folder holds.
 
 
 @dataclass(frozen=True)
@@ -96,6 +59,13 @@ class Kernel:
     target: str
     note: str = ""
 
+    @classmethod
+    def of(cls, problem: str, m: KernelMeta) -> "Kernel":
+        r = m.result
+        return cls(m.id, problem, m.generation, m.operator or "?", m.parent_ids, r.status if r else "?",
+                   r.latency_ms if r else None, r.speedup if r else None, r.percent_of_peak if r else None,
+                   r.backend if r else "", r.target if r else "", m.note)
+
 
 @dataclass
 class RunData:
@@ -103,12 +73,12 @@ class RunData:
 
     folder: RunFolder
     settings: dict[str, Any]                      # config.toml as a dict ({} if unreadable)
-    checkpoint: dict[str, Any] | None             # the newest readable checkpoint
+    checkpoint: Checkpoint | None                 # the newest readable checkpoint
     checkpoint_gens: list[int]                    # generations with a readable checkpoint
     population: dict[str, dict[int, list[float]]]  # problem -> generation -> population speedups
-    evaluations: list[Evaluation]
-    llm_calls: list[LlmCall]
-    memory: list[dict[str, Any]]
+    evaluations: list[EvaluationLine]
+    llm_calls: list[CallRecord]
+    memory: list[MemoryEntry]
     notes: list[str] = field(default_factory=list)
 
     def setting(self, section: str, key: str, default: Any = None) -> Any:
@@ -126,65 +96,18 @@ class RunData:
         return kind == "tuning" or (kind == "auto" and not self.setting("llm", "base_url", ""))
 
 
-def _num(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return float(value)
-
-
-def _int(value: Any, default: int) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else default
-
-
-def _str(value: Any) -> str:
-    return value if isinstance(value, str) else ""
-
-
-def _ids(value: Any) -> tuple[str, ...]:
-    return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list) else ()
-
-
-def _jsonl(path: Path, what: str, notes: list[str]) -> list[dict[str, Any]]:
-    """The records of a JSONL file; damaged lines are skipped and counted in `notes`."""
+def _lines(path: Path, what: str, read: Callable[[Path], Lines[Any]], notes: list[str]) -> Lines[Any]:
+    """The records of a JSONL file; what was skipped goes to `notes`."""
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        return []
+        lines = read(path)
     except OSError as exc:
         notes.append(f"{what} is unreadable ({exc.strerror or exc})")
-        return []
-    records, bad = [], 0
-    lines = [line for line in text.splitlines() if line.strip()]
-    for i, line in enumerate(lines):
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            record = None
-        if isinstance(record, dict):
-            records.append(record)
-        elif i == len(lines) - 1 and not text.endswith("\n"):
-            notes.append(f"{what}: the last line is cut short (the run was interrupted while writing it); skipped")
-        else:
-            bad += 1
-    if bad:
-        notes.append(f"{what}: {bad} unreadable line(s) skipped")
-    return records
-
-
-def _evaluation(r: dict[str, Any]) -> Evaluation | None:
-    gen, problem, kid, status = r.get("generation"), r.get("problem"), r.get("kernel_id"), r.get("status")
-    if not (isinstance(gen, int) and isinstance(problem, str) and isinstance(kid, str) and isinstance(status, str)):
-        return None
-    return Evaluation(gen, problem, kid, _str(r.get("operator")) or "?", _ids(r.get("parent_ids")),
-                      bool(r.get("reused", False)), status, _str(r.get("error")), _num(r.get("latency_ms")),
-                      _num(r.get("speedup")), _num(r.get("percent_of_peak")), _str(r.get("backend")),
-                      _str(r.get("target")), _num(r.get("seconds")) or 0.0)
-
-
-def _llm_call(r: dict[str, Any]) -> LlmCall:
-    return LlmCall(_str(r.get("role")) or "?", _str(r.get("model")), _int(r.get("generation"), -1),
-                   _int(r.get("prompt_tokens"), 0), _int(r.get("completion_tokens"), 0),
-                   _num(r.get("cost_usd")) or 0.0, _str(r.get("status")), bool(r.get("cached", False)))
+        return Lines()
+    if lines.torn:
+        notes.append(f"{what}: the last line is cut short (the run was interrupted while writing it); skipped")
+    if lines.unreadable:
+        notes.append(f"{what}: {lines.unreadable} unreadable line(s) skipped")
+    return lines
 
 
 def _read_settings(folder: RunFolder, notes: list[str]) -> dict[str, Any]:
@@ -200,34 +123,22 @@ def _read_settings(folder: RunFolder, notes: list[str]) -> dict[str, Any]:
         return {}
 
 
-def _population_speedups(ck: dict[str, Any]) -> dict[str, list[float]]:
-    out: dict[str, list[float]] = {}
-    population = ck.get("population")
-    for name, metas in (population.items() if isinstance(population, dict) else ()):
-        values = [_num((m.get("result") or {}).get("speedup")) for m in metas if isinstance(m, dict)]
-        out[name] = [v for v in values if v is not None]
-    return out
-
-
-def _read_checkpoints(folder: RunFolder, notes: list[str]) -> tuple[dict[str, Any] | None, list[int],
+def _read_checkpoints(folder: RunFolder, notes: list[str]) -> tuple[Checkpoint | None, list[int],
                                                                      dict[str, dict[int, list[float]]]]:
-    newest: dict[str, Any] | None = None
+    newest: Checkpoint | None = None
     readable: list[int] = []
     population: dict[str, dict[int, list[float]]] = defaultdict(dict)
     files = folder.checkpoint_files()
     for gen, path in files:
         try:
-            data = json.loads(path.read_text())
-            if not isinstance(data, dict):
-                raise ValueError("not a JSON object")
-        except (OSError, ValueError) as exc:
+            newest = read_checkpoint(path)
+        except (OSError, RecordError) as exc:
             notes.append(f"checkpoints/{path.name} is unreadable ({type(exc).__name__}); generation {gen} "
                          f"is missing from the population plots")
             continue
         readable.append(gen)
-        newest = data
-        for name, values in _population_speedups(data).items():
-            population[name][gen] = values
+        for name, metas in newest.population.items():
+            population[name][gen] = [m.result.speedup for m in metas if m.result and m.result.speedup is not None]
     if not files:
         notes.append("no checkpoint: populations, hall of fame and logbook are unknown; "
                      "figures come from evaluations.jsonl alone")
@@ -235,44 +146,42 @@ def _read_checkpoints(folder: RunFolder, notes: list[str]) -> tuple[dict[str, An
         gaps = sorted(set(range(readable[-1] + 1)) - {g for g, _ in files})
         if gaps:
             notes.append(f"checkpoint(s) of generation(s) {_ranges(gaps)} are missing")
-    return newest, readable, dict(population)
+    return newest if readable else None, readable, dict(population)
 
 
-def _read_memory(folder: RunFolder, checkpoint: dict[str, Any] | None, notes: list[str]) -> list[dict[str, Any]]:
-    from .memory import OptimizationMemory
-
-    fallback = checkpoint.get("memory") if checkpoint else None
-    fallback = [e for e in fallback if isinstance(e, dict)] if isinstance(fallback, list) else None
+def _read_memory(folder: RunFolder, checkpoint: Checkpoint | None, notes: list[str]) -> list[MemoryEntry]:
     if folder.memory.is_file():
         try:
-            return [e for e in OptimizationMemory.read_file(folder.memory) if isinstance(e, dict)]
+            return list(read_memory_file(folder.memory).entries)
         except ValueError as exc:
             problem = str(exc)
     else:
         problem = "memory.json is missing"
-    if fallback is not None:
+    if checkpoint is not None:
         notes.append(f"{problem}; the memory shown is the one of the newest checkpoint")
-        return fallback
+        return list(checkpoint.memory)
     notes.append(f"{problem}; the optimization memory is unknown")
     return []
 
 
 def collect(folder: RunFolder) -> RunData:
-    """Read a run folder; never raises for missing or damaged files (they are noted)."""
+    """Read a run folder; never raises for missing or damaged files (they are noted), only for
+    a file of a newer schema than this release reads (a UserError)."""
     notes: list[str] = []
     settings = _read_settings(folder, notes)
     checkpoint, gens, population = _read_checkpoints(folder, notes)
     if not folder.evaluations.is_file():
         notes.append("evaluations.jsonl is missing: outcome and progress figures come from checkpoints only")
-    raw = _jsonl(folder.evaluations, "evaluations.jsonl", notes)
-    evaluations = [e for e in map(_evaluation, raw) if e is not None]
-    if len(evaluations) < len(raw):
-        notes.append(f"evaluations.jsonl: {len(raw) - len(evaluations)} record(s) without generation, problem, "
+    lines = _lines(folder.evaluations, "evaluations.jsonl", read_evaluations, notes)
+    if lines.incomplete:
+        notes.append(f"evaluations.jsonl: {lines.incomplete} record(s) without generation, problem, "
                      f"kernel id or status skipped")
-    calls = [_llm_call(r) for r in _jsonl(folder.llm_calls, "llm_calls.jsonl", notes)]
+    calls = _lines(folder.llm_calls, "llm_calls.jsonl", read_llm_calls, notes)
+    if calls.incomplete:
+        notes.append(f"llm_calls.jsonl: {calls.incomplete} incomplete record(s) skipped")
     memory = _read_memory(folder, checkpoint, notes)
-    data = RunData(folder, settings, checkpoint, gens, population, evaluations, calls, memory, notes)
-    late = sorted({e.generation for e in evaluations if e.generation > data.last_generation})
+    data = RunData(folder, settings, checkpoint, gens, population, lines.records, calls.records, memory, notes)
+    late = sorted({e.generation for e in data.evaluations if e.generation > data.last_generation})
     if late:
         notes.append(f"generation(s) {_ranges(late)} have evaluations but no checkpoint: the run is in progress or "
                      f"was interrupted there (a resume redoes them); their results are included")
@@ -300,13 +209,16 @@ def problems(data: RunData) -> list[str]:
     """The run's problems, in the order the configuration lists them."""
     names: list[str] = []
     if data.checkpoint:
-        for key in ("problems", "logbook", "population"):
-            section = data.checkpoint.get(key)
-            names += list(section) if isinstance(section, dict) else []
+        ck = data.checkpoint
+        names += [*ck.problems, *ck.logbook, *ck.population]
     names += [e.problem for e in data.evaluations]
     requested = data.setting("run", "problems", []) if not data.setting("run", "suite") else []
     order = {n: i for i, n in enumerate(requested if isinstance(requested, list) else [])}
     return sorted(dict.fromkeys(names), key=lambda n: order.get(n, len(order)))
+
+
+def _valid(e: EvaluationLine) -> bool:
+    return e.result.ok and e.result.speedup is not None
 
 
 def kernel_index(data: RunData) -> dict[tuple[str, str], Kernel]:
@@ -314,64 +226,37 @@ def kernel_index(data: RunData) -> dict[tuple[str, str], Kernel]:
     notes. The first birth is the one whose parents existed before it, so lineages terminate."""
     index: dict[tuple[str, str], Kernel] = {}
     for e in data.evaluations:
-        key = (e.problem, e.kernel_id)
-        if key not in index:
-            index[key] = Kernel(e.kernel_id, e.problem, e.generation, e.operator, e.parent_ids, e.status,
-                                e.latency_ms, e.speedup, e.percent_of_peak, e.backend, e.target)
-    for name, metas in _metas(data):
-        k = _kernel_from_meta(name, metas)
-        if k is None:
-            continue
-        old = index.get((name, k.id))
-        index[(name, k.id)] = k if old is None else dataclasses.replace(old, note=old.note or k.note)
+        index.setdefault((e.problem, e.kernel_id), Kernel.of(e.problem, e.kernel()))
+    ck = data.checkpoint
+    for section in (ck.hall_of_fame, ck.population) if ck else ():
+        for name, metas in section.items():
+            for m in metas:
+                k, old = Kernel.of(name, m), index.get((name, m.id))
+                index[(name, m.id)] = k if old is None else dataclasses.replace(old, note=old.note or k.note)
     return index
-
-
-def _metas(data: RunData) -> Iterable[tuple[str, dict[str, Any]]]:
-    ck = data.checkpoint or {}
-    for key in ("hall_of_fame", "population"):
-        section = ck.get(key)
-        for name, metas in (section.items() if isinstance(section, dict) else ()):
-            for m in metas if isinstance(metas, list) else ():
-                if isinstance(m, dict):
-                    yield name, m
-
-
-def _kernel_from_meta(problem: str, m: dict[str, Any]) -> Kernel | None:
-    r = m.get("result") if isinstance(m.get("result"), dict) else {}
-    if not isinstance(m.get("id"), str):
-        return None
-    return Kernel(m["id"], problem, _int(m.get("generation"), 0), _str(m.get("operator")) or "?",
-                  _ids(m.get("parent_ids")), _str(r.get("status")) or "?", _num(r.get("latency_ms")),
-                  _num(r.get("speedup")), _num(r.get("percent_of_peak")), _str(r.get("backend")),
-                  _str(r.get("target")), _str(m.get("note")))
 
 
 def best_kernel(data: RunData, problem: str) -> Kernel | None:
     """The checkpoint's hall-of-fame leader, unless a later, not yet checkpointed evaluation beat it."""
-    leader = None
-    hof = (data.checkpoint or {}).get("hall_of_fame")
-    metas = hof.get(problem) if isinstance(hof, dict) else None
-    if isinstance(metas, list) and metas and isinstance(metas[0], dict):
-        leader = _kernel_from_meta(problem, metas[0])
+    hof = data.checkpoint.hall_of_fame.get(problem) if data.checkpoint else None
+    leader = Kernel.of(problem, hof[0]) if hof else None
     for e in data.evaluations:
-        if e.problem != problem or not e.ok or e.generation <= data.last_generation and leader is not None:
+        if e.problem != problem or not _valid(e) or e.generation <= data.last_generation and leader is not None:
             continue
-        if leader is None or leader.speedup is None or e.speedup > leader.speedup:
-            leader = Kernel(e.kernel_id, problem, e.generation, e.operator, e.parent_ids, e.status, e.latency_ms,
-                            e.speedup, e.percent_of_peak, e.backend, e.target)
+        if leader is None or leader.speedup is None or e.result.speedup > leader.speedup:
+            leader = Kernel.of(problem, e.kernel())
     return leader
 
 
 def baseline_kernel(data: RunData, problem: str, index: dict[tuple[str, str], Kernel]) -> Kernel | None:
-    info = ((data.checkpoint or {}).get("problems") or {}).get(problem)
-    if isinstance(info, dict) and isinstance(info.get("baseline_id"), str):
-        found = index.get((problem, info["baseline_id"]))
+    info = data.checkpoint.problems.get(problem) if data.checkpoint else None
+    if info is not None:
+        found = index.get((problem, info.baseline_id))
         if found is not None:
             return found
-        known = (info.get("known") or {}).get(info["baseline_id"])
-        if isinstance(known, dict):
-            return _kernel_from_meta(problem, {"id": info["baseline_id"], "operator": "baseline", "result": known})
+        known = info.known.get(info.baseline_id)
+        if known is not None:
+            return Kernel.of(problem, KernelMeta(info.baseline_id, result=known))
     return next((k for (p, _), k in index.items() if p == problem and k.operator == "baseline"), None)
 
 
@@ -380,23 +265,23 @@ def best_series(data: RunData, problem: str) -> list[tuple[int, float, float | N
 
     From the evaluations (the cumulative best, as the hall of fame keeps it), so that a
     generation without a checkpoint still shows; from the logbook when there are none."""
-    by_gen: dict[int, list[Evaluation]] = defaultdict(list)
+    by_gen: dict[int, list[EvaluationLine]] = defaultdict(list)
     for e in data.evaluations:
         if e.problem == problem:
             by_gen[e.generation].append(e)
     logbook = [e for e in _logbook_entries(data, problem) if isinstance(e.get("gen"), int)]
     if not by_gen:
-        return [(e["gen"], float(e["best_speedup"]), _num(e.get("best_percent_of_peak"))) for e in logbook
-                if _num(e.get("best_speedup")) is not None]
+        return [(e["gen"], float(e["best_speedup"]), e.get("best_percent_of_peak")) for e in logbook
+                if e.get("best_speedup") is not None]
     out: list[tuple[int, float, float | None]] = []
-    best: Evaluation | None = None
+    best: EvaluationLine | None = None
     # A generation whose children were all duplicates logs no evaluation but still counts.
     for gen in sorted(set(by_gen) | {e["gen"] for e in logbook}):
         for e in by_gen.get(gen, ()):
-            if e.ok and (best is None or e.speedup > best.speedup):
+            if _valid(e) and (best is None or e.result.speedup > best.result.speedup):
                 best = e
         if best is not None:
-            out.append((gen, best.speedup, best.percent_of_peak))
+            out.append((gen, best.result.speedup, best.result.percent_of_peak))
     return out
 
 
@@ -426,18 +311,8 @@ def lineage(best: Kernel, index: dict[tuple[str, str], Kernel]) -> tuple[list[Ke
     return chain[::-1], ancestors
 
 
-def figure_label(backend: str, target: str) -> str:
-    """How a figure was obtained, as the report states it next to every number."""
-    target = target or "an unknown target"
-    if backend == "simulator":
-        return f"simulated estimate for {target}"
-    if backend == "trainium":
-        return f"measured on {target} hardware"
-    return f"{backend or 'unknown'} backend, target {target}"
-
-
 def run_label(data: RunData) -> str:
-    labels = sorted({figure_label(e.backend, e.target) for e in data.evaluations if e.ok})
+    labels = sorted({figure_label(e.result.backend, e.result.target) for e in data.evaluations if _valid(e)})
     if not labels:
         target = data.setting("evaluation", "target", "")
         return figure_label(data.setting("evaluation", "backend", ""), target)
@@ -451,9 +326,9 @@ def geomean(values: Iterable[float]) -> float | None:
 
 def paper_shape(data: RunData, problem: str) -> bool | None:
     """Whether the problem ran at the paper's shape (None: cannot tell)."""
-    info = ((data.checkpoint or {}).get("problems") or {}).get(problem)
-    spec = info.get("spec") if isinstance(info, dict) else None
-    if not isinstance(spec, dict):
+    info = data.checkpoint.problems.get(problem) if data.checkpoint else None
+    spec = info.spec if info is not None else None
+    if not spec:
         return data.setting("run", "shape") == "paper" if data.settings else None
     if spec.get("suite_dir"):
         return True  # the official NKIBench layout has only the paper's cases
@@ -561,12 +436,12 @@ def draw_plots(data: RunData, index: dict[tuple[str, str], Kernel]) -> Plots:
     by_gen: dict[int, Counter] = defaultdict(Counter)
     by_op: dict[str, Counter] = defaultdict(Counter)
     for e in fresh:
-        by_gen[e.generation][e.status] += 1
-        by_op[e.operator][e.status] += 1
+        by_gen[e.generation][e.result.status] += 1
+        by_op[e.operator][e.result.status] += 1
     for entry in _logbook_entries(data):
         if isinstance(entry.get("gen"), int):
-            by_gen[entry["gen"]][NO_KERNEL] += _int(entry.get("failed_ops"), 0)  # every logged generation gets a bar
-    statuses = [*STATUS_ORDER, *sorted({e.status for e in fresh} - set(STATUS_ORDER)), NO_KERNEL]
+            by_gen[entry["gen"]][NO_KERNEL] += entry.get("failed_ops", 0)  # every logged generation gets a bar
+    statuses = [*STATUSES, NO_KERNEL]
     gens = dict(sorted(by_gen.items()))
     _draw(plots, "outcomes_by_generation", folder, None if gens else "no evaluation logged",
           lambda p: P.stacked_bars(gens, categories=statuses, title="Outcomes of the offspring per generation",
@@ -624,10 +499,8 @@ def _other_parents(kernel: Kernel, chain: list[Kernel], index: dict[tuple[str, s
 
 def _logbook_entries(data: RunData, problem: str | None = None) -> list[dict[str, Any]]:
     """The newest checkpoint's logbook entries (of one problem, or of all)."""
-    logbook = (data.checkpoint or {}).get("logbook")
-    return [e for name, entries in (logbook.items() if isinstance(logbook, dict) else ())
-            if problem is None or name == problem
-            for e in (entries if isinstance(entries, list) else ()) if isinstance(e, dict)]
+    logbook = data.checkpoint.logbook if data.checkpoint else {}
+    return [e for name, entries in logbook.items() if problem is None or name == problem for e in entries]
 
 
 def _header(data: RunData) -> list[str]:
@@ -717,19 +590,19 @@ def _evaluations(data: RunData, plots: Plots) -> list[str]:
     fresh = [e for e in data.evaluations if not e.reused]
     if not data.evaluations:
         return lines + ["No evaluation logged.", ""]
-    counts = Counter(e.status for e in fresh)
+    counts = Counter(e.result.status for e in fresh)
     reused = len(data.evaluations) - len(fresh)
-    seconds = sum(e.seconds for e in fresh)
+    seconds = sum(e.result.seconds for e in fresh)
     lines.append(f"{len(fresh)} kernel(s) evaluated ({reused} more produced again and not re-evaluated), "
                  f"{seconds:.1f} s of evaluation time: "
                  + ", ".join(f"{counts[s]} {s}" for s in sorted(counts, key=lambda s: -counts[s])) + ".")
-    gen_seconds = sum(_num(e.get("seconds")) or 0.0 for e in _logbook_entries(data))
+    gen_seconds = sum(e.get("seconds") or 0.0 for e in _logbook_entries(data))
     if gen_seconds:
         lines[-1] += f" Checkpointed generations took {gen_seconds:.1f} s of wall time."
     lines.append("")
     lines += plots.embed("outcomes_by_generation", "outcomes per generation")
     lines += plots.embed("outcomes_by_operator", "outcomes per operator")
-    errors = Counter(e.error.splitlines()[0] for e in fresh if e.status != "ok" and e.error)
+    errors = Counter(e.result.error.splitlines()[0] for e in fresh if not e.result.ok and e.result.error)
     if errors:
         lines += ["Most frequent errors:", ""]
         lines += _table(["count", "first line of the error"], [[str(n), f"`{msg[:160]}`"]
@@ -744,7 +617,7 @@ def _llm(data: RunData, plots: Plots) -> list[str]:
         why = ("No LLM call: the run used offline operators only." if data.offline
                else "No LLM call logged (llm_calls.jsonl is missing or empty).")
         return lines + [why, ""]
-    by_role: dict[str, list[LlmCall]] = defaultdict(list)
+    by_role: dict[str, list[CallRecord]] = defaultdict(list)
     for c in data.llm_calls:
         by_role[c.role].append(c)
     rows = []
@@ -762,7 +635,7 @@ def _llm(data: RunData, plots: Plots) -> list[str]:
     return lines
 
 
-def _llm_totals(calls: Sequence[LlmCall]) -> list[str]:
+def _llm_totals(calls: Sequence[CallRecord]) -> list[str]:
     """calls, cached, failed, prompt tokens, completion tokens, cost (USD) of some LLM calls."""
     return [str(len(calls)), str(sum(c.cached for c in calls)), str(sum(c.status not in ("ok", "") for c in calls)),
             f"{sum(c.prompt_tokens for c in calls):,}", f"{sum(c.completion_tokens for c in calls):,}",
@@ -800,18 +673,17 @@ def _memory(data: RunData) -> list[str]:
                         "No memory recorded (see the run folder notes above).", ""]
     rows = []
     for i, e in enumerate(data.memory, 1):
-        first = (_str(e.get("rationale")).strip().splitlines() or [""])[0]
-        rows.append([str(i), _str(e.get("problem")), _str(e.get("kind")), _f(_num(e.get("speedup")), ".3f", "×"),
-                     str(e.get("generation", "?")), _str(e.get("operator")), first[:200]])
+        first = (e.rationale.strip().splitlines() or [""])[0]
+        rows.append([str(i), e.problem, e.kind, _f(e.speedup, ".3f", "×"), str(e.generation), e.operator, first[:200]])
     lines += _table(["#", "problem", "kind", "speedup (child / parent)", "generation", "operator",
                      "rationale (first line)"], rows)
     lines += ["", "### Rationales", ""]
     for i, e in enumerate(data.memory, 1):
-        lines += [f"**{i}. {_str(e.get('problem'))}, {_str(e.get('kind'))} {_f(_num(e.get('speedup')), '.3f', '×')}** "
-                  f"(`{_str(e.get('parent_id'))}` → `{_str(e.get('child_id'))}`)", "",
-                  _str(e.get("rationale")).strip() or "(no rationale)", ""]
-        if _str(e.get("diff")):
-            lines += ["<details><summary>diff</summary>", "", *_fence(e["diff"], "diff"), "", "</details>", ""]
+        lines += [f"**{i}. {e.problem}, {e.kind} {_f(e.speedup, '.3f', '×')}** "
+                  f"(`{e.parent_id}` → `{e.child_id}`)", "",
+                  e.rationale.strip() or "(no rationale)", ""]
+        if e.diff:
+            lines += ["<details><summary>diff</summary>", "", *_fence(e.diff, "diff"), "", "</details>", ""]
     return lines
 
 

@@ -51,6 +51,11 @@ class RunFolder:
         return self.root / "memory.json"
 
     @property
+    def heldout(self) -> Path:
+        """The run's held-out seeds (records.HeldoutSeeds): the owner's eyes only."""
+        return self.root / "heldout.json"
+
+    @property
     def report(self) -> Path:
         return self.root / "report.md"
 

@@ -3,7 +3,8 @@ every generation and checkpoint, and resumes from the newest checkpoint."""
 
 from __future__ import annotations
 
-import json
+import dataclasses
+import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,17 +16,19 @@ from tqdm import tqdm
 from nkibench import registry
 from nkibench.problem import Problem
 from fitness.references import ReferenceError as ReferenceFailure
+from operators.base import Operators
 from operators.tuning import TuningOperators
 
 from . import config as config_mod
 from .config import Config
 from .engine import BaselineError, Engine, GenerationReport
 from .errors import UserError
-from .files import append_jsonl, read_jsonl, write_json_atomic, write_text_atomic
+from .files import write_text_atomic
 from .memory import OptimizationMemory
+from .records import (LEGACY_SCHEMA, SETTINGS_SINCE_SCHEMA_2, Checkpoint, HeldoutSeeds, MemoryFile, RecordError,
+                      append_evaluation, figure_label, read_checkpoint, read_evaluations, read_heldout,
+                      rewrite_evaluations, write_checkpoint, write_heldout, write_memory_file)
 from .runfolder import RunFolder
-
-CHECKPOINT_VERSION = 1
 
 
 # --------------------------------------------------------------------------------------------
@@ -70,8 +73,17 @@ def load_problems(specs: list[Any]) -> list[Problem]:
 
 
 def heldout_seeds(run_seed: int, count: int, visible: list[int]) -> tuple[int, ...]:
-    """Extra correctness seeds derived from the run seed; they are never shown to an LLM."""
-    rng = np.random.default_rng([run_seed, 0x5EED])
+    """Held-out correctness seeds derived from the run seed (`evaluation.heldout = "derived"`:
+    exact reruns and tests; anyone who knows the run seed knows them)."""
+    return _draw_seeds(np.random.default_rng([run_seed, 0x5EED]), count, visible)
+
+
+def secret_heldout_seeds(count: int, visible: list[int]) -> tuple[int, ...]:
+    """Held-out correctness seeds from the operating system's randomness (the default)."""
+    return _draw_seeds(np.random.default_rng(secrets.randbits(128)), count, visible)
+
+
+def _draw_seeds(rng: np.random.Generator, count: int, visible: list[int]) -> tuple[int, ...]:
     seeds: list[int] = []
     while len(seeds) < count:
         s = int(rng.integers(1_000, 2**31 - 1))
@@ -80,18 +92,15 @@ def heldout_seeds(run_seed: int, count: int, visible: list[int]) -> tuple[int, .
     return tuple(seeds)
 
 
-def eval_settings(cfg: Config) -> Any:
-    """The fitness.settings.EvalSettings of a config."""
-    from fitness.settings import EvalSettings
-
+def new_heldout(cfg: Config) -> HeldoutSeeds:
+    """Held-out seeds for a new run or a one-off evaluation, as `evaluation.heldout` says."""
     e = cfg.evaluation
-    return EvalSettings(backend=e.backend, target=e.target, seeds=tuple(e.seeds),
-                        heldout_seeds=heldout_seeds(cfg.run.seed, e.heldout_seeds, e.seeds), rel_tol=e.rel_tol,
-                        timeout_s=e.timeout_s, memory_limit_mb=e.memory_limit_mb, workers=e.workers,
-                        cache_dir=e.cache_dir)
+    if e.heldout == "derived":
+        return HeldoutSeeds("derived", heldout_seeds(cfg.run.seed, e.heldout_seeds, e.seeds))
+    return HeldoutSeeds("secret", secret_heldout_seeds(e.heldout_seeds, e.seeds))
 
 
-def choose_operators(cfg: Config, run_dir: Path | None, check: bool = True) -> tuple[Any, str]:
+def choose_operators(cfg: Config, run_dir: Path | None, check: bool = True) -> tuple[Operators | None, str]:
     """The operator set for `operators.kind`, and a sentence saying why. With LLM operators the
     endpoint is checked first, so an unreachable one stops the run before anything is spent."""
     from operators.llm.mixing import resolve_kind
@@ -144,7 +153,7 @@ class Outcome:
 class Run:
     """A run in its folder: persists each generation and checkpoints atomically."""
 
-    def __init__(self, cfg: Config, folder: RunFolder, engine: Engine, operators: Any, *,
+    def __init__(self, cfg: Config, folder: RunFolder, engine: Engine, operators: Operators, *,
                  progress: bool = True, log: Callable[[str], None] = tqdm.write):
         self.cfg = cfg
         self.folder = folder
@@ -158,32 +167,25 @@ class Run:
             for kid, src in rep.new_kernels.items():
                 self.folder.write_kernel(kid, src)
             for ev in rep.evaluations:
-                append_jsonl(self.folder.evaluations, ev.to_dict())
+                append_evaluation(self.folder.evaluations, ev)
             best = self.engine.best(rep.problem)
             write_text_atomic(self.folder.best / f"{rep.problem}.py", best.source)
-            backend = best.result.backend
-            self.log(rep.summary(f"simulated {self.cfg.evaluation.target}" if backend in ("simulator", "", None)
-                                 else f"measured on {backend}"))
-        write_json_atomic(self.folder.memory, {"entries": self.engine.memory.to_json()})
-        state = self.engine.state_dict()
-        state.update(version=CHECKPOINT_VERSION, config_hash=self.cfg.hash(), written=time.time(),
-                     llm_spent=_llm_spent(self.operators))
-        write_json_atomic(self.folder.checkpoint_path(self.engine.generation), state)
-
-    def stop_reason(self) -> str | None:
-        fn = getattr(self.operators, "stop_reason", None)
-        return fn() if fn else None
+            self.log(rep.summary(figure_label(best.result.backend, best.result.target or self.cfg.evaluation.target)))
+        write_memory_file(self.folder.memory, MemoryFile(tuple(self.engine.memory.entries)))
+        state = dataclasses.replace(self.engine.state_dict(), config_hash=self.cfg.hash(), written=time.time(),
+                                    llm_spent=self.operators.spent())
+        write_checkpoint(self.folder.checkpoint_path(self.engine.generation), state)
 
     def until(self, gens: int) -> Outcome:
         if self.engine.generation < 0:
             self.persist(self.engine.initialize())
-        stop = self.stop_reason()
+        stop = self.operators.stop_reason()
         with tqdm(total=gens, initial=min(self.engine.generation, gens), desc="generations", unit="gen",
                   disable=not self.progress, dynamic_ncols=True) as bar:
             while self.engine.generation < gens and stop is None:
                 self.persist(self.engine.step())
                 bar.update(1)
-                stop = self.stop_reason()
+                stop = self.operators.stop_reason()
         if stop:
             self.log(f"run stopped after generation {self.engine.generation}: {stop}")
         return self.outcome(stop)
@@ -198,18 +200,16 @@ class Run:
         return Outcome(self.folder, best, stop, self.cfg.evaluation.target)
 
 
-def _llm_spent(operators: Any) -> dict[str, Any]:
-    fn = getattr(operators, "spent", None)
-    return fn() if fn else {}
-
-
 def open_evaluator(cfg: Config, folder: RunFolder | None) -> Any:
-    """The evaluation service of a run (a context manager); tests may pass another factory."""
+    """The evaluation service of a run (a context manager) with the held-out seeds its folder
+    records, or new ones for a one-off evaluation; tests may pass another factory."""
     from fitness.backends import BackendError
     from fitness.service import Evaluator
 
+    recorded = read_heldout(folder.heldout) if folder else None
+    settings = config_mod.evaluation_settings(cfg, (recorded or new_heldout(cfg)).seeds)
     try:
-        return Evaluator(eval_settings(cfg), run_dir=folder.root.resolve() if folder else None)
+        return Evaluator(settings, run_dir=folder.root.resolve() if folder else None)
     except BackendError as exc:
         raise UserError(str(exc)) from None
 
@@ -225,6 +225,7 @@ def start_run(cfg: Config, run_id: str, *, progress: bool = True, log: Callable[
     choose_operators(cfg, None)  # fails fast (exit 2) on an unreachable LLM endpoint
     folder = RunFolder.create(cfg.run.out, run_id)
     write_text_atomic(folder.config, config_mod.to_toml(cfg))
+    write_heldout(folder.heldout, new_heldout(cfg))
     log(f"run folder: {folder.root}")
     operators, why = choose_operators(cfg, folder.root, check=False)
     log(f"operators: {why}")
@@ -239,15 +240,16 @@ def resume_run(path: str | Path, gens: int | None = None, *, progress: bool = Tr
     checkpoint = newest_checkpoint(folder, cfg)
     problems = load_problems(problem_specs(cfg))
     operators, why = choose_operators(cfg, folder.root)
-    log(f"resuming {folder.root} from generation {checkpoint['generation']}; operators: {why}")
-    _truncate_evaluations(folder, checkpoint["generation"])
+    log(f"resuming {folder.root} from generation {checkpoint.generation}; operators: {why}")
+    _keep_heldout(folder, cfg, checkpoint)
+    _truncate_evaluations(folder, checkpoint.generation)
     # The checkpoint restores the memory (including entries first read from memory.path).
     return _drive(cfg, folder, problems, operators, new_memory(cfg, seed=False), checkpoint,
                   cfg.run.gens if gens is None else gens, progress, log, evaluator_factory)
 
 
-def _drive(cfg: Config, folder: RunFolder, problems: list[Problem], operators: Any, memory: OptimizationMemory,
-           checkpoint: dict[str, Any] | None, gens: int, progress: bool, log: Callable[[str], None],
+def _drive(cfg: Config, folder: RunFolder, problems: list[Problem], operators: Operators, memory: OptimizationMemory,
+           checkpoint: Checkpoint | None, gens: int, progress: bool, log: Callable[[str], None],
            evaluator_factory: EvaluatorFactory) -> Outcome:
     with evaluator_factory(cfg, folder) as evaluator:
         name, why = evaluator.backend_choice
@@ -261,9 +263,7 @@ def _drive(cfg: Config, folder: RunFolder, problems: list[Problem], operators: A
         except (BaselineError, ReferenceFailure) as exc:
             raise UserError(str(exc)) from None
         finally:
-            close = getattr(operators, "close", None)
-            if close:
-                close()
+            operators.close()
     if cfg.run.report:
         from .report import write_report
 
@@ -279,27 +279,39 @@ def _saved_config(folder: RunFolder) -> Config:
         raise UserError(f"run folder '{folder.root}': {exc}") from None
 
 
-def newest_checkpoint(folder: RunFolder, cfg: Config) -> dict[str, Any]:
+def newest_checkpoint(folder: RunFolder, cfg: Config) -> Checkpoint:
     """The newest checkpoint that reads back whole and matches the run's config."""
     files = folder.checkpoint_files()
     if not files:
         raise UserError(f"run folder '{folder.root}' has no checkpoint to resume from")
     for _gen, path in reversed(files):
         try:
-            data = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
+            checkpoint = read_checkpoint(path)
+        except (OSError, RecordError):
             continue  # never written by us half-way, but a copied folder may hold a damaged file
-        if data.get("version") != CHECKPOINT_VERSION:
-            raise UserError(f"checkpoint '{path}' has format version {data.get('version')}, expected {CHECKPOINT_VERSION}")
-        if data.get("config_hash") != cfg.hash():
+        # A schema-1 checkpoint hashed a configuration without the settings added since.
+        omit = SETTINGS_SINCE_SCHEMA_2 if checkpoint.schema == LEGACY_SCHEMA else ()
+        if checkpoint.config_hash != cfg.hash(omit):
             raise UserError(f"checkpoint '{path}' was written with another configuration (config.toml changed)")
-        return data
+        return checkpoint
     raise UserError(f"run folder '{folder.root}' has no readable checkpoint")
+
+
+def _keep_heldout(folder: RunFolder, cfg: Config, checkpoint: Checkpoint) -> None:
+    """Make sure a resumed run evaluates with the held-out seeds it started with. A folder of
+    the release before held-out records used seeds derived from run.seed."""
+    if read_heldout(folder.heldout) is not None:
+        return
+    if checkpoint.schema != LEGACY_SCHEMA and cfg.evaluation.heldout != "derived":
+        raise UserError(f"run folder '{folder.root}' lacks {folder.heldout.name}: its secret held-out seeds "
+                        f"are lost, so its verdicts cannot be continued")
+    e = cfg.evaluation
+    write_heldout(folder.heldout, HeldoutSeeds("derived", heldout_seeds(cfg.run.seed, e.heldout_seeds, e.seeds)))
 
 
 def _truncate_evaluations(folder: RunFolder, generation: int) -> None:
     """Drop log lines of a generation that did not reach its checkpoint; it is re-run."""
     if not folder.evaluations.exists():
         return
-    kept = [r for r in read_jsonl(folder.evaluations) if r.get("generation", 0) <= generation]
-    write_text_atomic(folder.evaluations, "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
+    kept = [e for e in read_evaluations(folder.evaluations).records if e.generation <= generation]
+    rewrite_evaluations(folder.evaluations, kept)

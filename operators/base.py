@@ -7,8 +7,9 @@ Operators see parents as plain values and never evaluate anything themselves.
 
 from __future__ import annotations
 
+import abc
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -71,17 +72,39 @@ class Context:
     inputs: str = ""              # the kernel's arguments for prompts, e.g. "x: float32[4096, 7168]"
 
 
-class Operators(Protocol):
-    """A set of variation operators (offline tuning, LLM, or a mix)."""
+class Operators(abc.ABC):
+    """A set of variation operators (offline tuning, LLM, or a mix): the one contract the engine
+    calls. `vary` and `summarize` are each kind's own; the rest default to what fits a set that
+    spends nothing and cannot repair."""
 
-    name: str
+    name: str = "operators"
 
+    def children_per_request(self, kind: str, ctx: Context) -> int:
+        """How many children `vary` returns for the next request of this kind when every call
+        works. The engine asks once per request, in request order, right before `vary` of those
+        requests, so a set that routes requests may make its routing draw here."""
+        return 1
+
+    @abc.abstractmethod
     def vary(self, requests: Sequence[Request], ctx: Context) -> list[list[Child]]:
         """Children for each request (same order); an empty list or a Child with `error`
         when the operator could not produce one."""
 
     def repair(self, failed: Sequence[tuple[Child, str]], ctx: Context) -> list[Child | None]:
         """A fixed version of each failed child given its error message, or None."""
+        return [None for _ in failed]
 
+    @abc.abstractmethod
     def summarize(self, pairs: Sequence[tuple[Parent, Parent, float]], ctx: Context) -> list[str]:
-        """A rationale for each (parent, child, speedup ratio) pair for the memory."""
+        """A rationale for each (parent, child, speedup ratio) pair for the memory ("" for none)."""
+
+    def spent(self) -> dict[str, Any]:
+        """Billed use so far (calls, tokens, dollars), for checkpoints and reports; {} for none."""
+        return {}
+
+    def stop_reason(self) -> str | None:
+        """Why the run must stop (a budget cap reached), or None; asked after each generation."""
+        return None
+
+    def close(self) -> None:
+        """Release connections and threads; the set is not used afterwards."""

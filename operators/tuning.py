@@ -11,7 +11,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .base import CROSSOVER, MUTATION, Child, Context, Parent, Request
+from .base import CROSSOVER, MUTATION, Child, Context, Operators, Parent, Request
 from .knobs import find_knobs, set_knobs
 
 
@@ -45,8 +45,8 @@ def knob_changes(parent: str, child: str) -> list[str]:
     return [f"{n} {kp[n].value} -> {kc[n].value}" for n in kp if n in kc and kp[n].value != kc[n].value]
 
 
-class TuningOperators:
-    """The offline operator set (implements `operators.base.Operators`)."""
+class TuningOperators(Operators):
+    """The offline operator set: one child per request, no spending, no repair."""
 
     name = "tuning"
 
@@ -65,9 +65,6 @@ class TuningOperators:
             else:
                 out.append([Child(made[0], op, ids, note=made[1])])
         return out
-
-    def repair(self, failed: Sequence[tuple[Child, str]], ctx: Context) -> list[Child | None]:
-        return [None for _ in failed]  # knob tuning cannot fix a broken kernel
 
     def summarize(self, pairs: Sequence[tuple[Parent, Parent, float]], ctx: Context) -> list[str]:
         notes = []

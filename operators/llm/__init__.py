@@ -8,17 +8,27 @@ Public API:
   resolve_kind(kind, base_url)               'llm' or 'tuning' for operators.kind, with a reason
   check_endpoint(settings)                   raises EndpointError (one line) if nothing answers
   extract_kernel(reply), make_diff(a, b)     helpers the engine may reuse
+
+The names load on first use, so that reading the settings types (the run configuration does)
+does not import the HTTP client.
 """
 
-from .client import EndpointError, check_endpoint
-from .extract import extract_kernel
-from .mixing import MixedOperators, resolve_kind
-from .operators import CROSSOVER_OP, MUTATION_OP, REPAIR_OP, LLMOperators
-from .prompts import make_diff
-from .settings import BudgetSettings, LLMSettings, Settings
+from __future__ import annotations
 
-__all__ = [
-    "BudgetSettings", "CROSSOVER_OP", "EndpointError", "LLMOperators", "LLMSettings", "MUTATION_OP",
-    "MixedOperators", "REPAIR_OP", "Settings", "check_endpoint", "extract_kernel", "make_diff",
-    "resolve_kind",
-]
+import importlib
+from typing import Any
+
+_HOMES = {
+    "EndpointError": "client", "check_endpoint": "client", "extract_kernel": "extract",
+    "MixedOperators": "mixing", "resolve_kind": "mixing", "CROSSOVER_OP": "operators", "MUTATION_OP": "operators",
+    "REPAIR_OP": "operators", "LLMOperators": "operators", "make_diff": "prompts",
+    "BudgetSettings": "settings", "LLMSettings": "settings", "Settings": "settings",
+}
+
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{_HOMES[name]}", __name__), name)

@@ -5,7 +5,8 @@ or is not sent because a budget cap was reached), with the role, model, prompt h
 server's token usage, the cost from the configured prices, wall seconds, transport status,
 what the operator made of the reply (`outcome`) and the retries it took. Token and cost
 fields count billed use only: a cached reply records zeros. Known secrets are blanked out of
-every line before it is written.
+every line before it is written. Each line carries the format's `schema` (SCHEMA); lines
+written before it had one read as schema 1.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import dataclasses
 import json
 import threading
 import time
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -21,6 +23,7 @@ from typing import Any, Iterable
 from .budget import Totals
 
 LEDGER_FILE = "llm_calls.jsonl"
+SCHEMA = 2
 
 # Transport statuses.
 OK = "ok"
@@ -55,6 +58,10 @@ class CallRecord:
     time: str = ""
 
     @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    @property
     def billed(self) -> bool:
         return self.status == OK and not self.cached
 
@@ -63,10 +70,19 @@ class CallRecord:
             return Totals()
         return Totals(1 if self.billed else 0, self.prompt_tokens, self.completion_tokens, self.cost_usd)
 
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": SCHEMA, **dataclasses.asdict(self)}
 
-def _from_dict(data: dict[str, Any]) -> CallRecord:
-    names = {f.name for f in dataclasses.fields(CallRecord)}
-    return CallRecord(**{k: v for k, v in data.items() if k in names})
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "CallRecord":
+        """A record from one ledger line; TypeError when a field is missing or of the wrong type."""
+        hints = typing.get_type_hints(cls)
+        record = cls(**{k: v for k, v in data.items() if k in hints})
+        for name, tp in hints.items():
+            kind = list if typing.get_origin(tp) is list else (int, float) if tp is float else tp
+            if not isinstance(getattr(record, name), kind):
+                raise TypeError(f"{name} is {getattr(record, name)!r}")
+        return record
 
 
 class Ledger:
@@ -80,7 +96,7 @@ class Ledger:
     def append(self, record: CallRecord) -> None:
         if not record.time:
             record.time = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        line = json.dumps(dataclasses.asdict(record), ensure_ascii=False)
+        line = json.dumps(record.to_json(), ensure_ascii=False)
         for secret in self._secrets:
             line = line.replace(secret, "***")
         with self._lock:
@@ -108,7 +124,7 @@ def read_records(path: str | Path) -> list[CallRecord]:
     out = []
     for line in text.splitlines():
         try:
-            out.append(_from_dict(json.loads(line)))
+            out.append(CallRecord.from_json(json.loads(line)))
         except (json.JSONDecodeError, TypeError):
             continue
     return out

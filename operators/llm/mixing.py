@@ -2,8 +2,11 @@
 
 `MixedOperators` sends each request to the LLM operators with probability `llm_fraction`
 (one draw of ctx.rng per request, in order, and no draw at all when the fraction is 0 or 1),
-else to the tuning operators; repairs go back to whichever kind produced the child; rationales
-always come from the LLM.
+else to the tuning operators. The draw is made when the engine asks how many children a
+request will give (`children_per_request`), so the engine plans a generation's requests with
+the count of the side each one goes to, and `vary` then sends them there; requests `vary` was
+not asked about are drawn for on arrival. Repairs go back to whichever kind produced the
+child; rationales always come from the LLM, and spending and stopping are the LLM's.
 """
 
 from __future__ import annotations
@@ -15,15 +18,16 @@ from ..base import Child, Context, Operators, Parent, Request
 LLM_PREFIX = "llm_"
 
 
-class MixedOperators:
+class MixedOperators(Operators):
     name = "mixed"
 
-    def __init__(self, llm: Any, tuning: Operators, llm_fraction: float) -> None:
+    def __init__(self, llm: Operators, tuning: Operators, llm_fraction: float) -> None:
         if not 0.0 <= llm_fraction <= 1.0:
             raise ValueError(f"llm_fraction must be in [0, 1], got {llm_fraction}")
         self.llm = llm
         self.tuning = tuning
         self.llm_fraction = llm_fraction
+        self._routes: list[bool] = []    # drawn by children_per_request, used by the next vary
 
     def _to_llm(self, ctx: Context) -> bool:
         if self.llm_fraction >= 1.0:
@@ -32,33 +36,36 @@ class MixedOperators:
             return False
         return bool(ctx.rng.random() < self.llm_fraction)
 
+    def children_per_request(self, kind: str, ctx: Context) -> int:
+        to_llm = self._to_llm(ctx)
+        self._routes.append(to_llm)
+        return (self.llm if to_llm else self.tuning).children_per_request(kind, ctx)
+
     def vary(self, requests: Sequence[Request], ctx: Context) -> list[list[Child]]:
-        to_llm = [self._to_llm(ctx) for _ in requests]
-        llm_idx = [i for i, x in enumerate(to_llm) if x]
-        tune_idx = [i for i, x in enumerate(to_llm) if not x]
+        drawn, self._routes = self._routes[: len(requests)], []
+        to_llm = drawn + [self._to_llm(ctx) for _ in requests[len(drawn):]]
         out: list[list[Child]] = [[] for _ in requests]
-        if tune_idx:
-            for i, children in zip(tune_idx, self.tuning.vary([requests[i] for i in tune_idx], ctx)):
-                out[i] = children
-        if llm_idx:
-            for i, children in zip(llm_idx, self.llm.vary([requests[i] for i in llm_idx], ctx)):
-                out[i] = children
+        for side, wanted in ((self.tuning, False), (self.llm, True)):
+            idx = [i for i, x in enumerate(to_llm) if x is wanted]
+            if idx:
+                for i, children in zip(idx, side.vary([requests[i] for i in idx], ctx)):
+                    out[i] = children
         return out
 
     def repair(self, failed: Sequence[tuple[Child, str]], ctx: Context) -> list[Child | None]:
         out: list[Child | None] = [None] * len(failed)
-        llm_idx = [i for i, (c, _) in enumerate(failed) if c.operator.startswith(LLM_PREFIX)]
-        tune_idx = [i for i, (c, _) in enumerate(failed) if not c.operator.startswith(LLM_PREFIX)]
-        if tune_idx:
-            for i, fixed in zip(tune_idx, self.tuning.repair([failed[i] for i in tune_idx], ctx)):
-                out[i] = fixed
-        if llm_idx:
-            for i, fixed in zip(llm_idx, self.llm.repair([failed[i] for i in llm_idx], ctx)):
-                out[i] = fixed
+        for side, wanted in ((self.tuning, False), (self.llm, True)):
+            idx = [i for i, (c, _) in enumerate(failed) if c.operator.startswith(LLM_PREFIX) is wanted]
+            if idx:
+                for i, fixed in zip(idx, side.repair([failed[i] for i in idx], ctx)):
+                    out[i] = fixed
         return out
 
     def summarize(self, pairs: Sequence[tuple[Parent, Parent, float]], ctx: Context) -> list[str]:
         return self.llm.summarize(pairs, ctx)
+
+    def spent(self) -> dict[str, Any]:
+        return self.llm.spent()
 
     def stop_reason(self) -> str | None:
         return self.llm.stop_reason()

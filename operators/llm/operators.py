@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from ..base import CROSSOVER, MUTATION, Child, Context, Parent, Request
+from ..base import CROSSOVER, MUTATION, Child, Context, Operators, Parent, Request
 from . import ledger as L
 from . import prompts
 from .budget import Budget, Reservation, Totals
@@ -79,8 +79,8 @@ class _Done:
     error: str            # why value is None ("" otherwise)
 
 
-class LLMOperators:
-    """The Operators protocol over an OpenAI-compatible endpoint, with cache, ledger and budget
+class LLMOperators(Operators):
+    """The Operators contract over an OpenAI-compatible endpoint, with cache, ledger and budget
     in `run_dir` (`llm_cache/`, `llm_calls.jsonl`)."""
 
     name = "llm"
@@ -98,7 +98,7 @@ class LLMOperators:
         self._pool: ThreadPoolExecutor | None = None
 
     # Protocol ------------------------------------------------------------------------------
-    def children_per_request(self, kind: str) -> int:
+    def children_per_request(self, kind: str, ctx: Context) -> int:
         """How many children `vary` returns for one request of this kind (when all calls work)."""
         if kind == MUTATION:
             return self.settings.plans_per_parent * self.settings.samples_per_plan

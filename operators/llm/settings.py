@@ -1,14 +1,15 @@
-"""Typed LLM and budget settings, built from the run configuration's [llm] and [budget] tables.
+"""Typed LLM and budget settings: the one declaration of the run configuration's [llm],
+[llm.roles.<role>] and [budget] tables (accelopt_evo.config generates its sections from them).
 
-The constructors read the plain config dataclasses by attribute (duck typing), so the
-operators never import the engine package. Per-role settings inherit every unset field from
-[llm]; `extra` tables merge, the role's keys winning.
+The constructors read the config sections by attribute (duck typing), so the operators never
+import the engine package. Per-role settings inherit every unset field from [llm]; `extra`
+tables merge, the role's keys winning.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
 ROLES = ("planner", "implementer", "crossover", "repair", "summarizer")
@@ -16,7 +17,8 @@ ROLES = ("planner", "implementer", "crossover", "repair", "summarizer")
 
 @dataclass(frozen=True)
 class RoleSettings:
-    """What one role's calls are sent with."""
+    """What one role's calls are sent with; the run configuration's [llm.roles.<role>] tables
+    have these fields but `role`, each optional (unset: the [llm] value)."""
 
     role: str
     model: str
@@ -27,44 +29,38 @@ class RoleSettings:
 
 @dataclass(frozen=True)
 class LLMSettings:
-    base_url: str = ""
+    """The [llm] table of the run configuration (which is generated from these fields)."""
+
+    base_url: str = ""                   # an OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1
     model: str = ""
-    api_key_env: str = "OPENAI_API_KEY"
-    max_concurrency: int = 4
+    api_key_env: str = "OPENAI_API_KEY"  # the key is read from this variable, never stored
+    max_concurrency: int = 4             # calls in flight at once
     temperature: float = 0.7
-    timeout_s: float = 180.0
-    max_retries: int = 4
-    price_input_per_mtok: float = 0.0
-    price_output_per_mtok: float = 0.0
-    plans_per_parent: int = 1
-    samples_per_plan: int = 1
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    timeout_s: float = 180.0             # per call attempt
+    max_retries: int = 4                 # 429 (honouring Retry-After), 5xx, timeouts, dropped connections
+    price_input_per_mtok: float = 0.0    # USD per million prompt tokens
+    price_output_per_mtok: float = 0.0   # USD per million completion tokens
+    plans_per_parent: int = 1            # planner calls per mutation request
+    samples_per_plan: int = 1            # implementer calls per plan
+    extra: Mapping[str, Any] = field(default_factory=dict)            # extra request parameters
     roles: Mapping[str, RoleSettings] = field(default_factory=dict)   # resolved, one per role
 
     @classmethod
     def from_section(cls, llm: Any) -> "LLMSettings":
-        """From an object shaped like accelopt_evo.config.LLMSection."""
-        extra = dict(getattr(llm, "extra", {}) or {})
-        roles: dict[str, RoleSettings] = {}
+        """From an object shaped like the configuration's [llm] section: every field by name,
+        and each role's settings with its unset fields taken from [llm] (`extra` merged, the
+        role's keys winning)."""
+        values = {f.name: getattr(llm, f.name) for f in fields(cls) if f.name != "roles"}
+        values["extra"] = dict(values["extra"] or {})
         role_tables = getattr(llm, "roles", None)
+        roles: dict[str, RoleSettings] = {}
         for name in ROLES:
-            r = getattr(role_tables, name, None)
-            roles[name] = RoleSettings(
-                role=name,
-                model=_first(getattr(r, "model", None), llm.model),
-                base_url=_first(getattr(r, "base_url", None), llm.base_url),
-                temperature=float(_first(getattr(r, "temperature", None), llm.temperature)),
-                extra={**extra, **dict(getattr(r, "extra", {}) or {})},
-            )
-        return cls(
-            base_url=llm.base_url, model=llm.model, api_key_env=llm.api_key_env,
-            max_concurrency=int(llm.max_concurrency), temperature=float(llm.temperature),
-            timeout_s=float(llm.timeout_s), max_retries=int(llm.max_retries),
-            price_input_per_mtok=float(llm.price_input_per_mtok),
-            price_output_per_mtok=float(llm.price_output_per_mtok),
-            plans_per_parent=int(llm.plans_per_parent), samples_per_plan=int(llm.samples_per_plan),
-            extra=extra, roles=roles,
-        )
+            table = getattr(role_tables, name, None)
+            own = {f.name: _first(getattr(table, f.name, None), values[f.name])
+                   for f in fields(RoleSettings) if f.name not in ("role", "extra")}
+            roles[name] = RoleSettings(role=name, **own,
+                                       extra={**values["extra"], **dict(getattr(table, "extra", {}) or {})})
+        return cls(**values, roles=roles)
 
     def role(self, name: str) -> RoleSettings:
         """The resolved settings of one role (the [llm] defaults when roles were not given)."""
@@ -98,8 +94,8 @@ class BudgetSettings:
 
     @classmethod
     def from_section(cls, budget: Any) -> "BudgetSettings":
-        """From an object shaped like accelopt_evo.config.BudgetSection."""
-        return cls(float(budget.max_usd), int(budget.max_tokens), int(budget.max_llm_calls))
+        """From an object shaped like the configuration's [budget] section (same field names)."""
+        return cls(**{f.name: getattr(budget, f.name) for f in fields(cls)})
 
 
 @dataclass(frozen=True)

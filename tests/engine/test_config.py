@@ -1,3 +1,6 @@
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from typing import Any, Mapping
+
 import pytest
 
 from accelopt_evo import config as cfgmod
@@ -78,3 +81,66 @@ def test_toml_round_trip_keeps_values_and_hash():
     again = cfgmod.from_dict(cfgmod.tomllib.loads(cfgmod.to_toml(cfg)))
     assert again == cfg and again.hash() == cfg.hash()
     assert cfg.hash() != cfgmod.Config().hash()
+
+
+# Settings of the evaluation service and the LLM client are declared once, in their own settings
+# types; the configuration's sections are generated from them.
+
+
+@dataclass(frozen=True)
+class NewSettings:
+    """A settings type as a later release might grow one."""
+
+    retries: int = 3
+    ratio: float = 0.5
+    seeds: tuple[int, ...] = (4, 5)
+    headers: Mapping[str, Any] = field(default_factory=dict)
+
+
+def defaults(cls) -> dict:
+    out = {}
+    for f in fields(cls):
+        value = f.default if f.default is not MISSING else f.default_factory()
+        out[f.name] = list(value) if isinstance(value, tuple) else dict(value) if isinstance(value, Mapping) else value
+    return out
+
+
+def test_a_settings_field_is_a_config_key_with_its_type_default_and_strict_checks():
+    section = cfgmod._section("NewSection", NewSettings, "doc")
+    assert asdict(section()) == {"retries": 3, "ratio": 0.5, "seeds": [4, 5], "headers": {}}
+    built = cfgmod._build(section, {"retries": 7, "ratio": 1, "seeds": [1], "headers": {"a": 1}}, "new")
+    assert (built.retries, built.ratio, built.seeds, built.headers) == (7, 1.0, [1], {"a": 1})
+    with pytest.raises(UserError, match="config key 'new.retries' must be int"):
+        cfgmod._build(section, {"retries": "many"}, "new")
+    with pytest.raises(UserError, match="unknown config key 'new.retry'"):
+        cfgmod._build(section, {"retry": 1}, "new")
+
+
+def test_evaluation_llm_and_budget_sections_are_the_settings_types_fields():
+    from fitness.settings import EvalSettings
+    from operators.llm.settings import BudgetSettings, LLMSettings, RoleSettings
+
+    cfg = cfgmod.Config()
+    evaluation = asdict(cfg.evaluation)
+    assert {evaluation.pop("heldout_seeds"), evaluation.pop("heldout")} == {2, "secret"}
+    assert evaluation == {k: v for k, v in defaults(EvalSettings).items() if k != "heldout_seeds"}
+    llm = asdict(cfg.llm)
+    assert set(llm.pop("roles")) == set(cfgmod.LLM_ROLES)
+    assert llm == {k: v for k, v in defaults(LLMSettings).items() if k != "roles"}
+    assert set(asdict(cfg.llm.roles.planner)) == {f.name for f in fields(RoleSettings)} - {"role"}
+    assert asdict(cfg.budget) == defaults(BudgetSettings)
+    cfg = cfgmod.resolve(sets=["evaluation.cache_dir=c", "evaluation.workers=3"])
+    settings = cfgmod.evaluation_settings(cfg, (77,))
+    assert (settings.cache_dir, settings.workers, settings.heldout_seeds) == ("c", 3, (77,))
+
+
+def test_reading_the_configuration_does_not_load_the_llm_client():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = str(Path(__file__).resolve().parents[2])
+    code = (f"import sys; sys.path.insert(0, {repo!r}); import accelopt_evo.config as c; c.resolve(); "
+            "print(sorted(m for m in ('openai', 'httpx', 'operators.llm.client') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr

@@ -20,7 +20,8 @@ pytestmark = pytest.mark.slow
 
 GENS = 5
 FLAGS = ["--no-progress", "--set", "run.shape=tiny", "--set", "population.size=4", "--set", "population.offspring=4",
-         "--set", "evaluation.seeds=[0, 1]", "--set", "evaluation.heldout_seeds=1", "--set", "run.report=false"]
+         "--set", "evaluation.seeds=[0, 1]", "--set", "evaluation.heldout_seeds=1", "--set", "run.report=false",
+         "--set", "evaluation.heldout=derived"]   # two runs compared: the same held-out seeds
 
 
 def cli(*args: str, cwd: Path, **kwargs) -> subprocess.Popen:

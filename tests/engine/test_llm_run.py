@@ -13,6 +13,7 @@ from accelopt_evo.cli import main
 from accelopt_evo.errors import UserError
 from accelopt_evo.runfolder import RunFolder
 from accelopt_evo.runner import resume_run, start_run
+from fakes import KnobEvaluator
 from llm_server import Fault
 
 API_KEY = "sk-run-5ecret-never-in-files-42"
@@ -155,3 +156,28 @@ def test_concurrency_does_not_change_the_run(tmp_path, make_server):
         ck = json.loads(out.folder.checkpoint_path(2).read_text())
         checkpoints.append(([m["id"] for m in ck["population"]["silu"]], ck["memory"]))
     assert checkpoints[0] == checkpoints[1]
+
+
+def test_a_mixed_run_asks_for_about_the_configured_offspring_and_records_its_spend(tmp_path, llm_server):
+    """Paper preset (12 plans x 2 samples per mutation request), half the requests to the LLM:
+    a generation asks for `population.offspring` children and less than one request's worth
+    more, and the checkpoint holds the spend the ledger shows."""
+    cfg = cfgmod.resolve(preset="paper", sets=[
+        f"run.out={json.dumps(str(tmp_path))}", "run.gens=1", "run.shape=tiny", "run.report=false",
+        "operators.llm_fraction=0.5", "evaluation.seeds=[0, 1]", "evaluation.heldout_seeds=1",
+        f"llm.base_url={json.dumps(llm_server.url)}", "llm.model=test-model", "llm.api_key_env=ACCELOPT_RUN_KEY",
+        "llm.price_input_per_mtok=1.0", "llm.price_output_per_mtok=2.0"])
+    per_request = cfg.llm.plans_per_parent * cfg.llm.samples_per_plan
+    assert per_request == 24 and cfg.population.offspring == 144
+    outcome = start_run(cfg, "r", progress=False, log=quiet,
+                        evaluator_factory=lambda _cfg, _folder: KnobEvaluator(backend="simulator"))
+    ck = json.loads(outcome.folder.checkpoint_path(1).read_text())
+    asked = ck["logbook"]["silu"][-1]["offspring"]
+    assert cfg.population.offspring <= asked < cfg.population.offspring + per_request
+    records = ledger(outcome.folder)
+    planned = sum(r["role"] == "planner" and r["generation"] == 1 for r in records)
+    assert 0 < planned < cfg.population.offspring / per_request * cfg.llm.plans_per_parent + cfg.llm.plans_per_parent
+    billed = [r for r in records if r["status"] == "ok" and not r["cached"]]
+    spent = ck["llm_spent"]
+    assert spent["calls"] == len(billed) == llm_server.totals()["calls"] > 0
+    assert spent["cost_usd"] == pytest.approx(sum(r["cost_usd"] for r in billed)) and spent["cost_usd"] > 0

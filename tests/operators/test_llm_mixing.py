@@ -82,3 +82,27 @@ def test_resolve_kind_states_its_choice():
     assert resolve_kind("llm", "")[0] == "llm" and resolve_kind("tuning", "http://x")[0] == "tuning"
     with pytest.raises(ValueError):
         resolve_kind("magic", "")
+
+
+class Sized(Recorder):
+    """A stand-in that expects `per` children of each request and has spent `calls` calls."""
+
+    def __init__(self, name: str, per: int, calls: int) -> None:
+        super().__init__(name)
+        self.per, self.calls = per, calls
+
+    def children_per_request(self, kind, ctx):
+        return self.per
+
+    def spent(self):
+        return {"calls": self.calls}
+
+
+def test_the_expected_children_of_a_request_are_those_of_the_side_its_draw_sends_it_to():
+    mixed = MixedOperators(Sized("llm", 24, 3), Sized("tune", 1, 0), 0.5)
+    ctx = context(rng=np.random.default_rng(7))
+    counts = [mixed.children_per_request(MUTATION, ctx) for _ in range(50)]
+    out = mixed.vary(requests(50), ctx)
+    assert counts == [24 if x else 1 for x in np.random.default_rng(7).random(50) < 0.5]
+    assert [c == 24 for c in counts] == [cs[0].operator.startswith("llm") for cs in out]
+    assert mixed.spent() == {"calls": 3}   # the spend is the LLM side's

@@ -24,7 +24,8 @@ def test_mutation_gives_plans_times_samples_children_and_crossover_one(llm_serve
     with make_ops(llm_server.url, run_dir, plans_per_parent=2, samples_per_plan=3) as ops:
         p = baseline_parent()
         out = ops.vary([Request(MUTATION, (p,)), Request(CROSSOVER, (p, OTHER))], context())
-        assert ops.children_per_request(MUTATION) == 6 and ops.children_per_request(CROSSOVER) == 1
+        ctx = context()
+        assert ops.children_per_request(MUTATION, ctx) == 6 and ops.children_per_request(CROSSOVER, ctx) == 1
     mutants, (crossed,) = out
     assert len(mutants) == 6 and all(c.source and c.operator == MUTATION_OP and c.parent_ids == (p.id,)
                                      for c in mutants)

@@ -1,0 +1,409 @@
+"""The formats of the run folder (DESIGN.md "Run folder"): one typed record per format, each
+with `to_json` / `from_json`, and the readers and writers of the files that hold them.
+
+  checkpoints/gen-NNNN.json   Checkpoint (kernels in it: KernelMeta; memory: MemoryEntry)
+  evaluations.jsonl           EvaluationLine, one a line
+  llm_calls.jsonl             operators.llm.ledger.CallRecord, one a line (the LLM operators
+                              write it, and the dependency rule keeps its type there)
+  memory.json                 MemoryFile
+  heldout.json                HeldoutSeeds (mode 0600; nothing a kernel or a prompt sees)
+
+Every file written carries `schema` (SCHEMA). Files of the release before schemas read as
+schema 1 (a checkpoint then says `"version": 1`, a line says nothing); a file with a newer
+schema than this code knows is a UserError naming the file and its version. Engine, runner
+and report read and write the run folder through this module only.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Generic, TypeVar
+
+from fitness.result import EvalResult
+
+from .errors import UserError
+from .files import append_line, write_json_atomic, write_text_atomic
+
+if TYPE_CHECKING:
+    from operators.llm.ledger import CallRecord
+
+SCHEMA = 2
+LEGACY_SCHEMA = 1          # files written before records carried a schema
+# Settings that did not exist when schema-1 checkpoints hashed their configuration.
+SETTINGS_SINCE_SCHEMA_2 = ("evaluation.heldout",)
+
+T = TypeVar("T")
+
+
+class RecordError(ValueError):
+    """A record that is not whole (damaged or incomplete); readers skip or report it."""
+
+
+def figure_label(backend: str, target: str) -> str:
+    """How a figure was obtained, as every output states it next to a number."""
+    target = target or "an unknown target"
+    if backend == "simulator":
+        return f"simulated estimate for {target}"
+    if backend == "trainium":
+        return f"measured on {target} hardware"
+    return f"{backend or 'unknown'} backend, target {target}"
+
+
+# --------------------------------------------------------------------------------------------
+# Field access with the type a format promises.
+
+
+def _need(data: Any, key: str, kind: type | tuple[type, ...], default: Any = ...) -> Any:
+    if not isinstance(data, dict):
+        raise RecordError("not a JSON object")
+    if key not in data:
+        if default is ...:
+            raise RecordError(f"no {key}")
+        return default
+    value = data[key]
+    if isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
+        raise RecordError(f"{key} is {value!r}")
+    if not isinstance(value, kind):
+        raise RecordError(f"{key} is {value!r}")
+    return value
+
+
+def _ids(data: dict[str, Any], key: str) -> tuple[str, ...]:
+    value = _need(data, key, list, [])
+    if not all(isinstance(v, str) for v in value):
+        raise RecordError(f"{key} holds a non-string")
+    return tuple(value)
+
+
+def result_from_json(data: Any) -> EvalResult:
+    """An EvalResult from its JSON object; non-finite numbers read as unknown."""
+    if not isinstance(data, dict):
+        raise RecordError("result is not a JSON object")
+    clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in data.items()}
+    try:
+        return EvalResult.from_dict(clean)
+    except (TypeError, ValueError) as exc:
+        raise RecordError(f"result: {exc}") from None
+
+
+def schema_of(data: dict[str, Any], where: str, newest: int = SCHEMA, key: str = "schema") -> int:
+    """The schema of a file's record; UserError when it is newer than this code reads."""
+    version = data.get(key, LEGACY_SCHEMA)
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise RecordError(f"{key} is {version!r}")
+    if version > newest:
+        raise UserError(f"{where} has schema {version}, newer than this release reads ({newest}); "
+                        f"use a newer accelopt-evo")
+    return version
+
+
+# --------------------------------------------------------------------------------------------
+# Records.
+
+
+@dataclass(frozen=True)
+class KernelMeta:
+    """A kernel as checkpoints keep it: everything but the source (kernels/<id>.py)."""
+
+    id: str
+    parent_ids: tuple[str, ...] = ()
+    operator: str = "baseline"
+    generation: int = 0
+    note: str = ""
+    result: EvalResult | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "parent_ids": list(self.parent_ids), "operator": self.operator,
+                "generation": self.generation, "note": self.note,
+                "result": self.result.to_dict() if self.result else None}
+
+    @classmethod
+    def from_json(cls, data: Any) -> "KernelMeta":
+        result = _need(data, "result", (dict, type(None)), None)
+        return cls(_need(data, "id", str), _ids(data, "parent_ids"), _need(data, "operator", str, ""),
+                   _need(data, "generation", int, 0), _need(data, "note", str, ""),
+                   result_from_json(result) if result is not None else None)
+
+
+@dataclass(frozen=True)
+class EvaluationLine:
+    """One line of evaluations.jsonl: an evaluation and the kernel's place in the run."""
+
+    generation: int
+    problem: str
+    kernel_id: str
+    operator: str
+    parent_ids: tuple[str, ...]
+    reused: bool                      # an identical kernel was evaluated earlier in the run
+    result: EvalResult
+
+    def to_json(self) -> dict[str, Any]:
+        d = self.result.to_dict()
+        d.update(schema=SCHEMA, generation=self.generation, problem=self.problem, kernel_id=self.kernel_id,
+                 operator=self.operator, parent_ids=list(self.parent_ids), reused=self.reused)
+        return d
+
+    @classmethod
+    def from_json(cls, data: Any) -> "EvaluationLine":
+        return cls(_need(data, "generation", int), _need(data, "problem", str), _need(data, "kernel_id", str),
+                   _need(data, "operator", str, "") or "?", _ids(data, "parent_ids"),
+                   bool(_need(data, "reused", bool, False)), result_from_json(data))
+
+    def kernel(self) -> KernelMeta:
+        return KernelMeta(self.kernel_id, self.parent_ids, self.operator, self.generation, "", self.result)
+
+
+@dataclass
+class MemoryEntry:
+    """One entry of the optimization memory: a parent -> child pair with its rationale."""
+
+    problem: str
+    parent_id: str
+    child_id: str
+    speedup: float          # child speedup / parent speedup
+    rationale: str
+    diff: str
+    generation: int
+    kind: str               # "improvement" or "regression"
+    operator: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"problem": self.problem, "parent_id": self.parent_id, "child_id": self.child_id,
+                "speedup": self.speedup, "rationale": self.rationale, "diff": self.diff,
+                "generation": self.generation, "kind": self.kind, "operator": self.operator}
+
+    @classmethod
+    def from_json(cls, data: Any) -> "MemoryEntry":
+        speedup = float(_need(data, "speedup", (int, float)))
+        if not math.isfinite(speedup) or speedup <= 0:
+            raise RecordError(f"speedup is {speedup!r}")
+        return cls(_need(data, "problem", str), _need(data, "parent_id", str), _need(data, "child_id", str),
+                   speedup, _need(data, "rationale", str, ""), _need(data, "diff", str, ""),
+                   _need(data, "generation", int, 0), _need(data, "kind", str), _need(data, "operator", str, ""))
+
+
+@dataclass(frozen=True)
+class MemoryFile:
+    """memory.json: the optimization memory of a run (also what `memory.path` seeds from)."""
+
+    entries: tuple[MemoryEntry, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": SCHEMA, "entries": [e.to_json() for e in self.entries]}
+
+    @classmethod
+    def from_json(cls, data: Any) -> "MemoryFile":
+        entries = data.get("entries") if isinstance(data, dict) else data   # schema 1 allowed a bare list
+        if not isinstance(entries, list):
+            raise RecordError("no list of entries")
+        return cls(tuple(MemoryEntry.from_json(e) for e in entries))
+
+
+@dataclass(frozen=True)
+class ProblemInfo:
+    """What a checkpoint keeps of one problem: its spec, baseline and every evaluated kernel."""
+
+    spec: dict[str, Any]                   # {"name", "params", "suite_dir"}
+    baseline_id: str
+    known: dict[str, EvalResult]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"spec": self.spec, "baseline_id": self.baseline_id,
+                "known": {k: r.to_dict() for k, r in self.known.items()}}
+
+    @classmethod
+    def from_json(cls, data: Any) -> "ProblemInfo":
+        known = _need(data, "known", dict, {})
+        return cls(_need(data, "spec", dict, {}), _need(data, "baseline_id", str),
+                   {k: result_from_json(r) for k, r in known.items()})
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """checkpoints/gen-NNNN.json: everything a run needs to continue after `generation`."""
+
+    generation: int
+    population: dict[str, list[KernelMeta]]
+    hall_of_fame: dict[str, list[KernelMeta]]     # best first
+    logbook: dict[str, list[dict[str, Any]]]
+    memory: list[MemoryEntry]
+    random_state: list[Any]                       # random.Random.getstate() as JSON
+    numpy_state: dict[str, Any]                   # numpy bit generator state
+    problems: dict[str, ProblemInfo]
+    config_hash: str = ""
+    written: float = 0.0                          # time.time() of writing
+    llm_spent: dict[str, Any] = field(default_factory=dict)
+    schema: int = SCHEMA
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA, "generation": self.generation,
+            "population": {n: [m.to_json() for m in ms] for n, ms in self.population.items()},
+            "hall_of_fame": {n: [m.to_json() for m in ms] for n, ms in self.hall_of_fame.items()},
+            "logbook": self.logbook, "memory": [e.to_json() for e in self.memory],
+            "random_state": self.random_state, "numpy_state": self.numpy_state,
+            "problems": {n: p.to_json() for n, p in self.problems.items()},
+            "config_hash": self.config_hash, "written": self.written, "llm_spent": self.llm_spent,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> "Checkpoint":
+        def kernels(key: str) -> dict[str, list[KernelMeta]]:
+            section = _need(data, key, dict)
+            if not all(isinstance(v, list) for v in section.values()):
+                raise RecordError(f"{key} holds a non-list")
+            return {n: [KernelMeta.from_json(m) for m in ms] for n, ms in section.items()}
+
+        logbook = _need(data, "logbook", dict)
+        if not all(isinstance(v, list) and all(isinstance(e, dict) for e in v) for v in logbook.values()):
+            raise RecordError("logbook holds a non-list")
+        schema = data.get("schema", data.get("version", LEGACY_SCHEMA))
+        return cls(_need(data, "generation", int), kernels("population"), kernels("hall_of_fame"), logbook,
+                   [MemoryEntry.from_json(e) for e in _need(data, "memory", list, [])],
+                   _need(data, "random_state", list), _need(data, "numpy_state", dict),
+                   {n: ProblemInfo.from_json(p) for n, p in _need(data, "problems", dict).items()},
+                   _need(data, "config_hash", str, ""), float(_need(data, "written", (int, float), 0.0)),
+                   _need(data, "llm_spent", dict, {}), schema)
+
+
+@dataclass(frozen=True)
+class HeldoutSeeds:
+    """heldout.json: the held-out correctness seeds of a run, kept to reproduce a verdict and
+    reused on resume; `mode` says how they were made ("secret": operating-system randomness;
+    "derived": from run.seed)."""
+
+    mode: str
+    seeds: tuple[int, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": SCHEMA, "mode": self.mode, "seeds": list(self.seeds)}
+
+    @classmethod
+    def from_json(cls, data: Any) -> "HeldoutSeeds":
+        seeds = _need(data, "seeds", list)
+        if not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
+            raise RecordError("seeds holds a non-integer")
+        return cls(_need(data, "mode", str), tuple(seeds))
+
+
+# --------------------------------------------------------------------------------------------
+# Files.
+
+
+def _read_json(path: Path, what: str) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise RecordError(f"{what} is not JSON ({exc.msg})") from None
+
+
+def read_checkpoint(path: Path) -> Checkpoint:
+    """A checkpoint file; RecordError when damaged, UserError when of a newer schema."""
+    data = _read_json(path, f"checkpoint '{path}'")
+    if isinstance(data, dict):
+        schema_of(data, f"checkpoint '{path}'", key="schema" if "schema" in data else "version")
+    return Checkpoint.from_json(data)
+
+
+def write_checkpoint(path: Path, checkpoint: Checkpoint) -> None:
+    write_json_atomic(path, checkpoint.to_json())
+
+
+def read_memory_file(path: str | Path) -> MemoryFile:
+    """A memory file (a run's memory.json); ValueError saying why when unusable."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"cannot read memory file '{path}': {exc}") from None
+    if isinstance(data, dict):
+        schema_of(data, f"memory file '{path}'")
+    try:
+        return MemoryFile.from_json(data)
+    except RecordError as exc:
+        raise ValueError(f"memory file '{path}' has {exc}") from None
+
+
+def write_memory_file(path: Path, memory: MemoryFile) -> None:
+    write_json_atomic(path, memory.to_json())
+
+
+def read_heldout(path: Path) -> HeldoutSeeds | None:
+    """The held-out seeds recorded in a run folder, or None when it has no record."""
+    if not path.is_file():
+        return None
+    try:
+        data = _read_json(path, f"'{path}'")
+        schema_of(data if isinstance(data, dict) else {}, f"'{path}'")
+        return HeldoutSeeds.from_json(data)
+    except RecordError as exc:
+        raise UserError(f"'{path}' is damaged ({exc}); the run's held-out seeds are unknown") from None
+
+
+def write_heldout(path: Path, heldout: HeldoutSeeds) -> None:
+    """Write the record readable by its owner only."""
+    write_text_atomic(path, json.dumps(heldout.to_json()) + "\n", mode=0o600)
+
+
+@dataclass
+class Lines(Generic[T]):
+    """The records of a JSONL file, and what could not be read."""
+
+    records: list[T] = field(default_factory=list)
+    torn: bool = False          # the last line is cut short (a kill mid-append)
+    unreadable: int = 0         # other lines that are not JSON objects
+    incomplete: int = 0         # JSON objects that are not a whole record
+
+
+def read_lines(path: Path, parse: Callable[[Any], T], newest: int = SCHEMA) -> Lines[T]:
+    """Every record of a JSONL file (none when it is missing); OSError when unreadable."""
+    out: Lines[T] = Lines()
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return out
+    lines = [line for line in text.splitlines() if line.strip()]
+    for i, line in enumerate(lines):
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError:
+            data = None
+        if not isinstance(data, dict):
+            if i == len(lines) - 1 and not text.endswith("\n"):
+                out.torn = True
+            else:
+                out.unreadable += 1
+            continue
+        schema_of(data, f"'{path}' line {i + 1}", newest)
+        try:
+            out.records.append(parse(data))
+        except RecordError:
+            out.incomplete += 1
+    return out
+
+
+def read_evaluations(path: Path) -> Lines[EvaluationLine]:
+    return read_lines(path, EvaluationLine.from_json)
+
+
+def append_evaluation(path: Path, line: EvaluationLine) -> None:
+    append_line(path, json.dumps(line.to_json(), sort_keys=True))
+
+
+def rewrite_evaluations(path: Path, lines: list[EvaluationLine]) -> None:
+    write_text_atomic(path, "".join(json.dumps(e.to_json(), sort_keys=True) + "\n" for e in lines))
+
+
+def read_llm_calls(path: Path) -> "Lines[CallRecord]":
+    from operators.llm.ledger import SCHEMA as LEDGER_SCHEMA, CallRecord
+
+    def parse(data: Any) -> CallRecord:
+        try:
+            return CallRecord.from_json(data)
+        except (TypeError, ValueError) as exc:
+            raise RecordError(str(exc)) from None
+
+    return read_lines(path, parse, LEDGER_SCHEMA)

@@ -1,0 +1,77 @@
+"""Run folders written by the release before run records carried a schema (tests/data/run-v1*,
+made by that release with its reports beside them) still report and resume as they did."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from accelopt_evo import report
+from accelopt_evo.cli import main
+from accelopt_evo.records import SCHEMA, read_checkpoint
+from accelopt_evo.runfolder import RunFolder
+from accelopt_evo.runner import heldout_seeds, resume_run
+from fakes import KnobEvaluator
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+def copy(name: str, tmp_path: Path) -> RunFolder:
+    shutil.copytree(DATA / name, tmp_path / name)
+    return RunFolder(tmp_path / name)
+
+
+def without_seconds(entries: list[dict]) -> list[dict]:
+    return [{k: v for k, v in e.items() if k != "seconds"} for e in entries]
+
+
+@pytest.mark.parametrize("name", ["run-v1", "run-v1-llm"])
+def test_the_report_of_an_old_folder_is_the_one_its_release_wrote(tmp_path, name):
+    folder = copy(name, tmp_path)
+    assert report.write_report(folder).read_text() == (DATA / f"{name}.report.md").read_text()
+
+
+def test_an_old_folder_resumes_to_the_same_populations_hall_of_fame_and_logbook(tmp_path):
+    folder = copy("run-v1", tmp_path)
+    recorded = json.loads(folder.checkpoint_path(3).read_text())
+    folder.checkpoint_path(3).unlink()
+    resume_run(folder.root, None, progress=False, log=lambda _m: None,
+               evaluator_factory=lambda _cfg, _folder: KnobEvaluator(backend="simulator", failures=True))
+    again = json.loads(folder.checkpoint_path(3).read_text())
+    assert again["schema"] == SCHEMA and "version" not in again
+    for key in ("population", "hall_of_fame", "memory"):
+        assert again[key] == recorded[key]
+    assert without_seconds(again["logbook"]["silu"]) == without_seconds(recorded["logbook"]["silu"])
+    # its release derived the held-out seeds from run.seed: the resumed run keeps doing so
+    cfg_seed, seeds = 2, [0, 21, 42, 63, 84]
+    held = json.loads(folder.heldout.read_text())
+    assert held["mode"] == "derived" and tuple(held["seeds"]) == heldout_seeds(cfg_seed, 2, seeds)
+    # and it goes on past where it stopped, reporting the old and new generations together
+    resume_run(folder.root, 4, progress=False, log=lambda _m: None,
+               evaluator_factory=lambda _cfg, _folder: KnobEvaluator(backend="simulator", failures=True))
+    assert read_checkpoint(folder.checkpoint_path(4)).generation == 4
+    text = report.write_report(folder).read_text()
+    assert "- Progress: generation 4 of 3 checkpointed\n" in text
+    assert "Every file of the run folder was read whole." in text
+
+
+@pytest.mark.parametrize("file", ["checkpoints/gen-0003.json", "memory.json", "evaluations.jsonl"])
+def test_a_file_of_a_newer_schema_ends_with_one_line_naming_it(tmp_path, capsys, file):
+    folder = copy("run-v1", tmp_path)
+    path = folder.root / file
+    if file.endswith(".jsonl"):
+        lines = path.read_text().splitlines()
+        lines[-1] = json.dumps({**json.loads(lines[-1]), "schema": SCHEMA + 1})
+        path.write_text("\n".join(lines) + "\n")
+    else:
+        path.write_text(json.dumps({**json.loads(path.read_text()), "schema": SCHEMA + 1}))
+    commands = [["report", str(folder.root)]]
+    if file != "memory.json":   # a resume reads the memory from the checkpoint
+        commands.append(["resume", str(folder.root), "--no-progress"])
+    for command in commands:
+        assert main(command) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and file.split("/")[-1] in err and f"schema {SCHEMA + 1}" in err
