@@ -8,11 +8,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from conftest import NKIBENCH_DIR, REPO
 from nkibench.official import read_summary
+
+REPO = Path(__file__).resolve().parents[2]
+NKIBENCH_DIR = REPO.parent / "shared" / "nkibench"
 
 
 def _cases() -> list[tuple[str, str]]:
