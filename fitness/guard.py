@@ -140,7 +140,8 @@ def disarm() -> list[str]:
         return replaced
     for mod_name, mod in list(sys.modules.items()):
         namespace = getattr(mod, "__dict__", None)
-        if not isinstance(namespace, dict):
+        # a set test first: most modules hold none of them, and a kernel process pays this
+        if not isinstance(namespace, dict) or originals.keys().isdisjoint(map(id, namespace.values())):
             continue
         for attr, value in list(namespace.items()):
             qualname = originals.get(id(value))
