@@ -110,8 +110,58 @@ def test_summary_and_table():
     assert "leave-one-out" in table and "Spearman 1.000" in table and table.count("\n") >= 5
 
 
-def test_fold_parameters_require_the_calibrated_data():
-    assert check.fold_params("silu_M4096_N7168", "not-the-fingerprint", DOCUMENTED) is None
+def test_fold_parameters_require_the_calibrated_data(tmp_path):
+    silu = next(c for c in check.load_cases(_nkibench() / "trn1_measurements.json")
+                if c.problem == "silu")
+    assert check.fold_params(silu, DOCUMENTED) is not None
+    other = check.Case(silu.name, silu.problem, silu.kernel, silu.reference,
+                       {**silu.measured, "latency": 1.0})
+    assert check.fold_params(other, DOCUMENTED) is None      # not the data the fit used
+    new = check.Case("silu_new", "silu", silu.kernel, silu.reference, {"latency": 1.0})
+    assert check.fold_params(new, DOCUMENTED) is not None    # unseen: the family fold holds it out
+
+
+def _nkibench():
+    from conftest import NKIBENCH_DIR
+
+    if not (NKIBENCH_DIR / "summary.json").is_file():
+        pytest.skip("the official NKIBench folder is absent")
+    return NKIBENCH_DIR
+
+
+def test_variant_points_load_with_their_problem_reference(tmp_path):
+    kernel = tmp_path / "k_v1.py"
+    kernel.write_text("")
+    points = {"points": [
+        {"kernel": "k_v1.py", "problem": "mamba", "shape": {"C": 128, "M": 512, "S": 2},
+         "latency_ms": 1.5}]}
+    path = tmp_path / "measurements.json"
+    path.write_text(__import__("json").dumps(points))
+    (case,) = check.load_cases(path, _nkibench())
+    assert case.name == "k_v1@C128_M512_S2" and case.kernel == kernel
+    assert case.measured == {"latency": 1.5} and case.shape == {"C": 128, "M": 512, "S": 2}
+    assert case.reference.name.startswith("mamba_")
+    args = check.kernel_args(case)
+    assert [a.shape for a in args] == [(128, 512), (128, 512), (128, 2), (2, 512), (2, 512)]
+    with pytest.raises(ValueError, match="NKIBench folder"):
+        check.load_cases(path, tmp_path)
+
+
+def test_pairs_rank_and_speedups():
+    # Hardware: b 1.5x faster than a; c within 5% of b.
+    rows = [dict(_row(n, m, p), problem="p", kernel=n, shape="X1") for n, m, p in
+            (("a", 3.0, 3.0), ("b", 2.0, 2.4), ("c", 1.95, 2.0))]
+    pairs = {(p["first"], p["second"]): p for p in check.pair_rows(rows)}
+    assert pairs["a", "b"]["measured_speedup"] == pytest.approx(1.5)
+    assert pairs["a", "b"]["predicted_speedup"] == pytest.approx(1.25)
+    assert pairs["a", "b"]["speedup_error"] == pytest.approx(1.25 / 1.5 - 1)
+    assert pairs["a", "b"]["ranked_right"]
+    assert not pairs["b", "c"]["ranked_right"]          # a measured tie predicted 1.2x apart
+    assert check.ranked_right(1.03, 0.97) and not check.ranked_right(1.2, 0.9)
+    s = check.summarize(rows, "trn1", True, list(pairs.values()), "leave-family-out")
+    assert s["pairs"] == 3 and s["pairwise_ranking_accuracy"] == pytest.approx(2 / 3)
+    table = check.format_model_check({"cases": rows, "pairs": list(pairs.values()), "summary": s})
+    assert "a -> b X1" in table and "ranked right 67%" in table
 
 
 def test_box_map_finds_exactly_the_overlapping_boxes():
