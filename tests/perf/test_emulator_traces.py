@@ -77,16 +77,28 @@ def variants_result(nkibench_dir):
     return model_check(path, nkibench_dir)
 
 
+def _variant_pairs(result, first: str, second: str) -> list[dict]:
+    return [p for p in result["pairs"]
+            if (p["first"].split("@")[0], p["second"].split("@")[0]) == (first, second)]
+
+
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 16: the model ranks v3 below v2 (not met yet)")
 def test_variants_rank_like_hardware(variants_result):
-    """Issue 16's acceptance, on the model calibrated without any mamba kernel."""
+    """Issue 16, on the model calibrated without any mamba kernel (leave-family-out): the
+    same-shape pairs are ranked as trn1 ranks them, v1 -> v2 at 4096 x 512 is within 15%
+    of its measured speedup, and the median latency error is at most 15%."""
     s = variants_result["summary"]
-    assert s["figures"] == "leave-family-out" and s["cases"] == 21
+    assert s["figures"] == "leave-family-out" and s["cases"] == 21 and s["pairs"] == 11
     assert s["pairwise_ranking_accuracy"] >= 0.9
     assert s["median_abs_rel_error"] <= 0.15
-    assert s["max_abs_rel_error"] <= 0.35
-    for p in variants_result["pairs"]:
-        first, second = p["first"].split("@")[0], p["second"].split("@")[0]
-        if (first, second) in (("mamba_v1", "mamba_v2"), ("mamba_v2", "mamba_v3")):
-            assert abs(p["speedup_error"]) <= 0.15, p
+    (v1_v2,) = _variant_pairs(variants_result, "mamba_v1", "mamba_v2")
+    assert abs(v1_v2["speedup_error"]) <= 0.15
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="issue 16, not met: v2's long-sequence latency (its "
+                   "spill cliff past 6144) and v2 -> v3 speedups beyond 15% of measured")
+def test_variants_speedups_and_max_error(variants_result):
+    assert variants_result["summary"]["max_abs_rel_error"] <= 0.35
+    for p in _variant_pairs(variants_result, "mamba_v2", "mamba_v3"):
+        assert abs(p["speedup_error"]) <= 0.15, p
