@@ -187,3 +187,17 @@ def test_box_map_finds_exactly_the_overlapping_boxes():
         want = {b for b in bm.items if boxes.overlaps(b, query)}
         got = bm.overlapping(query)
         assert len(got) == len(set(got)) and set(got) == want
+
+
+def test_calibration_takes_latency_only_variants():
+    """A variant point (latency only) takes part in the latency fit alone: it has no byte
+    error for the hoisting budget and no engine activity for the engine-cost fit."""
+    from pathlib import Path
+
+    from fitness.simulator.perf import calibrate
+
+    point = calibrate.KernelData(check.Case("k@M512", "p", Path("k.py"), Path("r.py"),
+                                            {"latency": 1.0}, {"M": 512}))
+    assert not point.has_activity and point.latency_ms == 1.0
+    assert calibrate.fit_budget([point]) == DOCUMENTED.hoist_budget_fraction
+    assert calibrate.fit_engines([point], DOCUMENTED, HW) == DOCUMENTED

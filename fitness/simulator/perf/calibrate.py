@@ -1,8 +1,11 @@
-"""Calibration of the trn1 parameters on real measurements, with leave-one-out folds.
+"""Calibration of the trn1 parameters on real measurements, with leave-family-out folds.
 
     python -m fitness.simulator.perf.calibrate --measurements ../shared/nkibench/trn1_measurements.json --write
 
-Procedure (trainium-perf-model.md §8), run once on all cases and once per held-out case:
+`--measurements` may be given several times, in either format `check.load_cases` reads
+(NKIBench rows, or kernel variants with a latency only: those take part in step 3 alone).
+Procedure (trainium-perf-model.md §8), run once on all cases and once per family (problem)
+with every case of that family held out:
 1. Bytes and flops. The compiler-effects heuristic has one free number, the share of SBUF
    that hoisted (de-duplicated) copies may occupy. It is chosen from a short list by the
    median |log error| of the predicted HBM read+write bytes; flops need nothing fitted.
@@ -22,10 +25,11 @@ Procedure (trainium-perf-model.md §8), run once on all cases and once per held-
    the DMA engine rate from the BEST silu row, which is not one of the 14 baselines; the
    dependency drain from PERF's measured dependent issue interval).
 Steps 2 and 3 are alternated twice (the engine assignment depends on the costs). Each
-held-out case is then predicted with parameters fitted on the other cases only: those
-leave-one-out predictions are what `model-check` reports.
+held-out family is then predicted with parameters fitted on the other families only: those
+held-out predictions are what `model-check` reports (for the 14 baselines, one case per
+problem, they are leave-one-out).
 
-`--write` stores the fitted values in `calibrated.py` (with a fingerprint of the data).
+`--write` stores the fitted values in `calibrated.py` (with a fingerprint of every case used).
 """
 
 from __future__ import annotations
@@ -149,6 +153,8 @@ def _latency_ms(data: KernelData, params: Params, hw: Hardware) -> tuple[float, 
 
 def fit_budget(train: list[KernelData]) -> float:
     counted = [d for d in train if d.byte_error]
+    if not counted:   # only latencies measured: nothing pins the budget
+        return DOCUMENTED.hoist_budget_fraction
     return min(BUDGETS, key=lambda b: (statistics.median(d.byte_error[b] for d in counted), -b))
 
 
@@ -185,6 +191,8 @@ def fit_engines(train: list[KernelData], params: Params, hw: Hardware) -> Params
         rows_s.append(np.array([fs[0]]) / hw.scalar_hz * scale)
         b_s.append((data.measured_active_ms("scalar_engine_active_time_percent") * 1e-3
                     - fs[1] / hw.scalar_hz) * scale)
+    if not rows_v:   # no engine activity measured: nothing to fit here
+        return params
     v_names = ("tt_cycles_per_elem", "recip_cycles_per_elem", "vector_overhead_cycles")
     s_names = ("scalar_overhead_cycles",)
     fitted = {}
