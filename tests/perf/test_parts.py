@@ -110,8 +110,8 @@ def test_summary_and_table():
     assert "leave-one-out" in table and "Spearman 1.000" in table and table.count("\n") >= 5
 
 
-def test_fold_parameters_require_the_calibrated_data(tmp_path):
-    silu = next(c for c in check.load_cases(_nkibench() / "trn1_measurements.json")
+def test_fold_parameters_require_the_calibrated_data(nkibench_dir):
+    silu = next(c for c in check.load_cases(nkibench_dir / "trn1_measurements.json")
                 if c.problem == "silu")
     assert check.fold_params(silu, DOCUMENTED) is not None
     other = check.Case(silu.name, silu.problem, silu.kernel, silu.reference,
@@ -121,15 +121,7 @@ def test_fold_parameters_require_the_calibrated_data(tmp_path):
     assert check.fold_params(new, DOCUMENTED) is not None    # unseen: the family fold holds it out
 
 
-def _nkibench():
-    from conftest import NKIBENCH_DIR
-
-    if not (NKIBENCH_DIR / "summary.json").is_file():
-        pytest.skip("the official NKIBench folder is absent")
-    return NKIBENCH_DIR
-
-
-def test_variant_points_load_with_their_problem_reference(tmp_path):
+def test_variant_points_load_with_their_problem_reference(tmp_path, nkibench_dir):
     kernel = tmp_path / "k_v1.py"
     kernel.write_text("")
     points = {"points": [
@@ -137,7 +129,7 @@ def test_variant_points_load_with_their_problem_reference(tmp_path):
          "latency_ms": 1.5}]}
     path = tmp_path / "measurements.json"
     path.write_text(__import__("json").dumps(points))
-    (case,) = check.load_cases(path, _nkibench())
+    (case,) = check.load_cases(path, nkibench_dir)
     assert case.name == "k_v1@C128_M512_S2" and case.kernel == kernel
     assert case.measured == {"latency": 1.5} and case.shape == {"C": 128, "M": 512, "S": 2}
     assert case.reference.name.startswith("mamba_")
