@@ -72,8 +72,11 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("run_dir", metavar="RUN_DIR")
 
     mc = sub.add_parser("model-check", help="compare the performance model with hardware measurements")
-    mc.add_argument("--measurements", required=True, metavar="FILE.json")
-    mc.add_argument("--suite-dir", metavar="PATH", help="folder of the measured kernels (default: beside FILE)")
+    mc.add_argument("--measurements", required=True, metavar="FILE.json",
+                    help="NKIBench measurements (cases) or kernel variants (points)")
+    mc.add_argument("--suite-dir", metavar="PATH",
+                    help="NKIBench folder: its kernels (default: beside FILE), variants' references")
+    mc.add_argument("--trace-cache", metavar="DIR", help="keep emulator traces in DIR")
     mc.add_argument("--json", action="store_true")
     return parser
 
@@ -195,7 +198,7 @@ def cmd_model_check(args: argparse.Namespace) -> int:
     from fitness.simulator.perf.check import format_model_check, model_check
 
     try:
-        result = model_check(path, args.suite_dir)
+        result = model_check(path, args.suite_dir, trace_cache=args.trace_cache)
     except (ValueError, KeyError, OSError) as exc:
         raise UserError(f"model-check: {exc}") from None
     print(json.dumps(result, indent=1, sort_keys=True) if args.json else format_model_check(result))

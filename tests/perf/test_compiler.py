@@ -160,3 +160,92 @@ def test_pairs_stay_when_the_multiple_is_used_elsewhere_or_not_a_constant_or_op_
         prep = prepare(trace, HW, DOCUMENTED)
         assert prep.report.fused_pairs == 0
         assert [k for k, _ in _kinds(prep)] == [tr.TS, tr.TT] * 4
+
+
+def _broadcast_multiply(cols: int) -> tr.Trace:
+    """Per row tile: load a (1, cols) vector, broadcast it over the partitions as the
+    emulator records `broadcast_to` (a K=1 matmul into PSUM and a copy to SBUF per 512
+    columns) and multiply a loaded tile by it."""
+    b = TraceBuilder()
+    v_hbm, x_hbm = b.hbm((4, 1, cols)), b.hbm((4, P, cols))
+    out = b.hbm((4, P, cols), kind="output")
+    for r in b.loop(4, line=1):
+        v, x = b.tile((1, cols), line=2), b.tile((P, cols), line=3)
+        b.dma(tr.DMA_LOAD, tr.Region(v_hbm, ((r, r + 1), (0, 1), (0, cols))), b.full(v), 1)
+        b.dma(tr.DMA_LOAD, tr.Region(x_hbm, ((r, r + 1), (0, P), (0, cols))), b.full(x), P)
+        bc = b.tile((P, cols), line=4)
+        for c0 in range(0, cols, 512):
+            ps = b.tile((P, 512), memory=tr.PSUM, line=5)
+            mm = tr.MatmulInfo(K=1, M=P, N=512, accumulate=False, stationary_onezero=True)
+            b.emit(tr.MM_BCAST, "broadcast_to", (tr.TENSOR,), (tr.Region(v, ((0, 1), (c0, c0 + 512))),),
+                   (b.full(ps),), partitions=1, free=512, mm=mm)
+            b.emit(tr.COPY, "broadcast_to", (tr.VECTOR, tr.SCALAR), (b.full(ps),),
+                   (tr.Region(bc, ((0, P), (c0, c0 + 512))),), partitions=P, free=512,
+                   func="copy", psum_inputs=1)
+        y = b.tile((P, cols), line=6)
+        b.compute(tr.TT, (b.full(x), b.full(bc)), b.full(y), func="multiply")
+        b.dma(tr.DMA_STORE, b.full(y), tr.Region(out, ((r, r + 1), (0, P), (0, cols))), P)
+    return b.trace
+
+
+def test_one_bank_broadcast_is_read_from_psum():
+    """A broadcast of at most 512 fp32 columns (one PSUM bank) is not evicted: its reader
+    reads PSUM (mamba v2 at 512 and v3 vs v2 at 1024+, compiler.py step 0b)."""
+    prep = prepare(_broadcast_multiply(512), HW, DOCUMENTED)
+    kinds = [op.kind for op in prep.ops]
+    assert prep.report.psum_broadcasts == 4 and tr.COPY not in kinds
+    tts = [op for op in prep.ops if op.kind == tr.TT]
+    assert [op.psum_inputs for op in tts] == [1] * 4
+    assert all(prep.prog.block_memory[op.reads[1][0]] == tr.PSUM for op in tts)
+
+
+def test_wider_broadcast_is_evicted_to_sbuf():
+    prep = prepare(_broadcast_multiply(1024), HW, DOCUMENTED)
+    assert prep.report.psum_broadcasts == 0
+    assert sum(op.kind == tr.COPY for op in prep.ops) == 4 * 2
+    assert all(op.psum_inputs == 0 for op in prep.ops if op.kind == tr.TT)
+
+
+def _invariant_product(state_inner: bool) -> tr.Trace:
+    """mamba's `delta * u`: per channel tile and state, the product of two channel tiles
+    that do not depend on the state. state_inner: v2's order (channel loop outside, loads
+    before the state loop); otherwise v1's (state loop outside, loads inside)."""
+    b = TraceBuilder()
+    d_hbm, u_hbm = b.hbm((4, P, 512)), b.hbm((4, P, 512))
+    out = b.hbm((4, 4, P, 512), kind="output")
+
+    def body(c: int, s: int, d: int, u: int) -> None:
+        y = b.tile((P, 512), line=5)
+        b.compute(tr.TT, (b.full(d), b.full(u)), b.full(y), func="multiply")
+        b.dma(tr.DMA_STORE, b.full(y), tr.Region(out, ((c, c + 1), (s, s + 1), (0, P), (0, 512))), P)
+
+    def loads(c: int) -> tuple[int, int]:
+        d, u = b.tile((P, 512), line=2), b.tile((P, 512), line=3)
+        b.dma(tr.DMA_LOAD, tr.Region(d_hbm, ((c, c + 1), (0, P), (0, 512))), b.full(d), P)
+        b.dma(tr.DMA_LOAD, tr.Region(u_hbm, ((c, c + 1), (0, P), (0, 512))), b.full(u), P)
+        return d, u
+
+    if state_inner:
+        for c in b.loop(4, line=1):
+            d, u = loads(c)
+            for s in b.loop(4, line=4):
+                body(c, s, d, u)
+    else:
+        for s in b.loop(4, line=4):
+            for c in b.loop(4, line=1):
+                body(c, s, *loads(c))
+    return b.trace
+
+
+def test_invariant_tensor_tensor_is_hoisted_out_of_its_innermost_loop():
+    """v2's order: the product is computed once per channel tile, not once per state."""
+    prep = prepare(_invariant_product(state_inner=True), HW, DOCUMENTED)
+    assert sum(op.kind == tr.TT for op in prep.ops) == 4
+
+
+def test_tensor_tensor_invariant_only_in_an_outer_loop_is_recomputed():
+    """v1's order: even with its loads reused, the product varies in the inner loop and
+    is computed again in every state (measured: v1's VectorE time)."""
+    prep = prepare(_invariant_product(state_inner=False), HW, DOCUMENTED)
+    assert sum(op.kind == tr.TT for op in prep.ops) == 16
+    assert sum(op.kind == tr.DMA_LOAD for op in prep.ops) == 8      # the loads are reused

@@ -110,8 +110,50 @@ def test_summary_and_table():
     assert "leave-one-out" in table and "Spearman 1.000" in table and table.count("\n") >= 5
 
 
-def test_fold_parameters_require_the_calibrated_data():
-    assert check.fold_params("silu_M4096_N7168", "not-the-fingerprint", DOCUMENTED) is None
+def test_fold_parameters_require_the_calibrated_data(nkibench_dir):
+    silu = next(c for c in check.load_cases(nkibench_dir / "trn1_measurements.json")
+                if c.problem == "silu")
+    assert check.fold_params(silu, DOCUMENTED) is not None
+    other = check.Case(silu.name, silu.problem, silu.kernel, silu.reference,
+                       {**silu.measured, "latency": 1.0})
+    assert check.fold_params(other, DOCUMENTED) is None      # not the data the fit used
+    new = check.Case("silu_new", "silu", silu.kernel, silu.reference, {"latency": 1.0})
+    assert check.fold_params(new, DOCUMENTED) is not None    # unseen: the family fold holds it out
+
+
+def test_variant_points_load_with_their_problem_reference(tmp_path, nkibench_dir):
+    kernel = tmp_path / "k_v1.py"
+    kernel.write_text("")
+    points = {"points": [
+        {"kernel": "k_v1.py", "problem": "mamba", "shape": {"C": 128, "M": 512, "S": 2},
+         "latency_ms": 1.5}]}
+    path = tmp_path / "measurements.json"
+    path.write_text(__import__("json").dumps(points))
+    (case,) = check.load_cases(path, nkibench_dir)
+    assert case.name == "k_v1@C128_M512_S2" and case.kernel == kernel
+    assert case.measured == {"latency": 1.5} and case.shape == {"C": 128, "M": 512, "S": 2}
+    assert case.reference.name.startswith("mamba_")
+    args = check.kernel_args(case)
+    assert [a.shape for a in args] == [(128, 512), (128, 512), (128, 2), (2, 512), (2, 512)]
+    with pytest.raises(ValueError, match="NKIBench folder"):
+        check.load_cases(path, tmp_path)
+
+
+def test_pairs_rank_and_speedups():
+    # Hardware: b 1.5x faster than a; c within 5% of b.
+    rows = [dict(_row(n, m, p), problem="p", kernel=n, shape="X1") for n, m, p in
+            (("a", 3.0, 3.0), ("b", 2.0, 2.4), ("c", 1.95, 2.0))]
+    pairs = {(p["first"], p["second"]): p for p in check.pair_rows(rows)}
+    assert pairs["a", "b"]["measured_speedup"] == pytest.approx(1.5)
+    assert pairs["a", "b"]["predicted_speedup"] == pytest.approx(1.25)
+    assert pairs["a", "b"]["speedup_error"] == pytest.approx(1.25 / 1.5 - 1)
+    assert pairs["a", "b"]["ranked_right"]
+    assert not pairs["b", "c"]["ranked_right"]          # a measured tie predicted 1.2x apart
+    assert check.ranked_right(1.03, 0.97) and not check.ranked_right(1.2, 0.9)
+    s = check.summarize(rows, "trn1", True, list(pairs.values()), "leave-family-out")
+    assert s["pairs"] == 3 and s["pairwise_ranking_accuracy"] == pytest.approx(2 / 3)
+    table = check.format_model_check({"cases": rows, "pairs": list(pairs.values()), "summary": s})
+    assert "a -> b X1" in table and "ranked right 67%" in table
 
 
 def test_box_map_finds_exactly_the_overlapping_boxes():
@@ -137,3 +179,17 @@ def test_box_map_finds_exactly_the_overlapping_boxes():
         want = {b for b in bm.items if boxes.overlaps(b, query)}
         got = bm.overlapping(query)
         assert len(got) == len(set(got)) and set(got) == want
+
+
+def test_calibration_takes_latency_only_variants():
+    """A variant point (latency only) takes part in the latency fit alone: it has no byte
+    error for the hoisting budget and no engine activity for the engine-cost fit."""
+    from pathlib import Path
+
+    from fitness.simulator.perf import calibrate
+
+    point = calibrate.KernelData(check.Case("k@M512", "p", Path("k.py"), Path("r.py"),
+                                            {"latency": 1.0}, {"M": 512}))
+    assert not point.has_activity and point.latency_ms == 1.0
+    assert calibrate.fit_budget([point]) == DOCUMENTED.hoist_budget_fraction
+    assert calibrate.fit_engines([point], DOCUMENTED, HW) == DOCUMENTED

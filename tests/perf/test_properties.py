@@ -104,9 +104,10 @@ def test_too_much_live_input_data_is_reloaded_not_spilled():
 
 
 def _engine_work(vector: int, scalar: int, sequential: bool = False, chain: bool = False) -> tr.Trace:
-    """`vector` tensor_tensor and `scalar` activation instructions on (128, 2048) tiles.
-    chain=True makes each instruction consume the previous one's output (alternating
-    engines) inside a sequential loop."""
+    """`vector` tensor_tensor_scan and `scalar` activation instructions on (128, 2048)
+    tiles (a scan, not a tensor_tensor: the compiler would hoist that loop-invariant
+    product). chain=True makes each instruction consume the previous one's output
+    (alternating engines) inside a sequential loop."""
     b = TraceBuilder()
     src = b.hbm((P, 2048))
     x = b.tile((P, 2048), line=1)
@@ -121,7 +122,7 @@ def _engine_work(vector: int, scalar: int, sequential: bool = False, chain: bool
             continue
         if i < vector:
             v = b.tile((P, 2048), line=4)
-            b.compute(tr.TT, (b.full(x), b.full(x)), b.full(v), func="multiply")
+            b.compute(tr.TTS, (b.full(x), b.full(x)), b.full(v), func="multiply,add")
         if i < scalar:
             s = b.tile((P, 2048), line=5)
             b.compute(tr.ACT, (b.full(x),), b.full(s), func="exp")

@@ -1,8 +1,11 @@
-"""Calibration of the trn1 parameters on real measurements, with leave-one-out folds.
+"""Calibration of the trn1 parameters on real measurements, with leave-family-out folds.
 
     python -m fitness.simulator.perf.calibrate --measurements ../shared/nkibench/trn1_measurements.json --write
 
-Procedure (trainium-perf-model.md §8), run once on all cases and once per held-out case:
+`--measurements` may be given several times, in either format `check.load_cases` reads
+(NKIBench rows, or kernel variants with a latency only: those take part in step 3 alone).
+Procedure (trainium-perf-model.md §8), run once on all cases and once per family (problem)
+with every case of that family held out:
 1. Bytes and flops. The compiler-effects heuristic has one free number, the share of SBUF
    that hoisted (de-duplicated) copies may occupy. It is chosen from a short list by the
    median |log error| of the predicted HBM read+write bytes; flops need nothing fitted.
@@ -22,10 +25,11 @@ Procedure (trainium-perf-model.md §8), run once on all cases and once per held-
    the DMA engine rate from the BEST silu row, which is not one of the 14 baselines; the
    dependency drain from PERF's measured dependent issue interval).
 Steps 2 and 3 are alternated twice (the engine assignment depends on the costs). Each
-held-out case is then predicted with parameters fitted on the other cases only: those
-leave-one-out predictions are what `model-check` reports.
+held-out family is then predicted with parameters fitted on the other families only: those
+held-out predictions are what `model-check` reports (for the 14 baselines, one case per
+problem, they are leave-one-out).
 
-`--write` stores the fitted values in `calibrated.py` (with a fingerprint of the data).
+`--write` stores the fitted values in `calibrated.py` (with a fingerprint of every case used).
 """
 
 from __future__ import annotations
@@ -33,7 +37,6 @@ from __future__ import annotations
 import argparse
 import gc
 import math
-import pickle
 import statistics
 import sys
 import time
@@ -104,40 +107,41 @@ class KernelData:
     def latency_ms(self) -> float:
         return float(self.case.measured["latency"])
 
+    @property
+    def has_activity(self) -> bool:
+        """Were engine-active times measured (NKIBench rows; variants give latency only)?"""
+        return "vector_engine_active_time_percent" in self.case.measured
+
     def measured_active_ms(self, key: str) -> float:
         return float(self.case.measured.get(key) or 0.0) * self.latency_ms
 
 
-def load(measurements: str, suite_dir: str | None, trace_cache: str | None,
+def load(measurements: list[str], suite_dir: str | None, trace_cache: str | None,
          hw: Hardware, log) -> list[KernelData]:
-    """Trace every case (or read cached traces) and prepare it for every budget."""
+    """Trace every case of every file (or read cached traces) and prepare it for every
+    budget. Cases without measured bytes (variants) take no part in step 1."""
     out = []
-    for case in check.load_cases(measurements, suite_dir):
-        t0 = time.perf_counter()
-        cached = Path(trace_cache, f"{case.name}.pkl") if trace_cache else None
-        if cached is not None and cached.is_file():
-            trace = pickle.loads(cached.read_bytes())
-        else:
-            trace = check.trace_case(case)
-            if cached is not None:
-                cached.parent.mkdir(parents=True, exist_ok=True)
-                cached.write_bytes(pickle.dumps(trace))
-        data = KernelData(case)
-        m = case.measured
-        measured_bytes = m["hbm_read_bytes"] + m["hbm_write_bytes"]
-        for budget in BUDGETS:
-            prep = prepare(trace, hw, DOCUMENTED.replace(hoist_budget_fraction=budget))
-            for other in data.prepared.values():   # same compiler decisions: share
-                if other.report == prep.report:
-                    prep = other
-                    break
-            c = counters(prep.ops)
-            data.prepared[budget] = prep
-            data.byte_error[budget] = abs(math.log((c["hbm_read_bytes"] + c["hbm_write_bytes"])
-                                                   / measured_bytes))
-        del trace
-        log(f"  {case.problem:<24} prepared in {time.perf_counter() - t0:5.1f} s")
-        out.append(data)
+    for path in measurements:
+        for case in check.load_cases(path, suite_dir):
+            t0 = time.perf_counter()
+            trace = check.trace_case(case, trace_cache)
+            data = KernelData(case)
+            m = case.measured
+            measured_bytes = (m.get("hbm_read_bytes") or 0) + (m.get("hbm_write_bytes") or 0)
+            for budget in BUDGETS:
+                prep = prepare(trace, hw, DOCUMENTED.replace(hoist_budget_fraction=budget))
+                for other in data.prepared.values():   # same compiler decisions: share
+                    if other.report == prep.report:
+                        prep = other
+                        break
+                data.prepared[budget] = prep
+                if measured_bytes:
+                    c = counters(prep.ops)
+                    data.byte_error[budget] = abs(math.log(
+                        (c["hbm_read_bytes"] + c["hbm_write_bytes"]) / measured_bytes))
+            del trace
+            log(f"  {case.name:<40} prepared in {time.perf_counter() - t0:5.1f} s")
+            out.append(data)
     return out
 
 
@@ -148,13 +152,18 @@ def _latency_ms(data: KernelData, params: Params, hw: Hardware) -> tuple[float, 
 
 
 def fit_budget(train: list[KernelData]) -> float:
-    return min(BUDGETS, key=lambda b: (statistics.median(d.byte_error[b] for d in train), -b))
+    counted = [d for d in train if d.byte_error]
+    if not counted:   # only latencies measured: nothing pins the budget
+        return DOCUMENTED.hoist_budget_fraction
+    return min(BUDGETS, key=lambda b: (statistics.median(d.byte_error[b] for d in counted), -b))
 
 
 def fit_engines(train: list[KernelData], params: Params, hw: Hardware) -> Params:
     """Step 2: least squares on VectorE and ScalarE busy time (see module doc)."""
     rows_v, rows_s, b_v, b_s = [], [], [], []
     for data in train:
+        if not data.has_activity:
+            continue
         prep, _ = data.graph(params, hw)
         _, sched = _latency_ms(data, params, hw)
         fv = np.zeros(4)   # cycles: [tt elems, recip elems, V instructions, constant]
@@ -182,6 +191,8 @@ def fit_engines(train: list[KernelData], params: Params, hw: Hardware) -> Params
         rows_s.append(np.array([fs[0]]) / hw.scalar_hz * scale)
         b_s.append((data.measured_active_ms("scalar_engine_active_time_percent") * 1e-3
                     - fs[1] / hw.scalar_hz) * scale)
+    if not rows_v:   # no engine activity measured: nothing to fit here
+        return params
     v_names = ("tt_cycles_per_elem", "recip_cycles_per_elem", "vector_overhead_cycles")
     s_names = ("scalar_overhead_cycles",)
     fitted = {}
@@ -261,24 +272,26 @@ def fitted_values(params: Params) -> dict[str, float | int]:
     return out
 
 
-def write_calibrated(path: Path, full: Params, folds: dict[str, Params], fingerprint: str,
-                     summary: dict[str, Any]) -> None:
+def write_calibrated(path: Path, full: Params, folds: dict[str, Params], trained_on: dict[str, str],
+                     sources: list[str], summary: dict[str, Any]) -> None:
     lines = [
         '"""Parameter values fitted on the trn1 measurements by `calibrate.py` (do not edit by hand).',
         "",
-        "Re-run: python -m fitness.simulator.perf.calibrate --measurements "
-        "../shared/nkibench/trn1_measurements.json --write",
+        "Re-run: python -m fitness.simulator.perf.calibrate"
+        + "".join(f" --measurements {s}" for s in sources) + " --write",
         "",
-        "TRN1 is the fit on all cases; TRN1_LOO[case] the fit without that case (model-check",
-        "predicts each case with its own fold). FINGERPRINT identifies the data that was used.",
-        f"Leave-one-out on that data: median |latency error| {100 * summary['median']:.1f}%, "
-        f"max {100 * summary['max']:.1f}%, Spearman {summary['spearman']:.3f}.",
+        "TRN1 is the fit on all cases; TRN1_LOO[family] the fit without any case of that family",
+        "(problem); model-check predicts each case with its family's fold. TRAINED_ON names every",
+        "case the fit used, with a fingerprint of its measured data.",
+        f"Held out on that data (one figure per case): median |latency error| "
+        f"{100 * summary['median']:.1f}%, max {100 * summary['max']:.1f}%, "
+        f"Spearman {summary['spearman']:.3f}.",
         '"""',
         "",
-        f"FINGERPRINT = {fingerprint!r}",
-        "",
-        "TRN1: dict[str, float] = {",
+        "TRAINED_ON: dict[str, str] = {",
     ]
+    lines += [f"    {k!r}: {v!r}," for k, v in trained_on.items()]
+    lines += ["}", "", "TRN1: dict[str, float] = {"]
     lines += [f"    {k!r}: {v!r}," for k, v in fitted_values(full).items()]
     lines += ["}", "", "TRN1_LOO: dict[str, dict[str, float]] = {"]
     for name, params in folds.items():
@@ -291,7 +304,8 @@ def write_calibrated(path: Path, full: Params, folds: dict[str, Params], fingerp
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--measurements", required=True)
+    ap.add_argument("--measurements", required=True, action="append",
+                    help="a measurements file (NKIBench or variants format); repeat for several")
     ap.add_argument("--suite-dir", default=None)
     ap.add_argument("--trace-cache", default=None, help="folder to keep emulator traces in")
     ap.add_argument("--write", action="store_true", help="update calibrated.py")
@@ -305,18 +319,17 @@ def main(argv: list[str] | None = None) -> int:
 
     log("tracing and preparing the measured kernels")
     data = load(args.measurements, args.suite_dir, args.trace_cache, hw, log)
-    cases = [d.case for d in data]
     log("fit on all cases")
     full = fit(data, hw, log)
     log(f"  {fitted_values(full)}")
     folds: dict[str, Params] = {}
     preds: dict[str, float] = {}
-    for i, held in enumerate(data):
-        if args.no_loo:
-            break
-        log(f"fold without {held.case.problem}")
-        folds[held.case.name] = p = fit(data[:i] + data[i + 1:], hw, log)
-        preds[held.case.name] = _latency_ms(held, p, hw)[0]
+    for family in ([] if args.no_loo else dict.fromkeys(d.case.problem for d in data)):
+        log(f"fold without {family}")
+        folds[family] = p = fit([d for d in data if d.case.problem != family], hw, log)
+        for d in data:
+            if d.case.problem == family:
+                preds[d.case.name] = _latency_ms(d, p, hw)[0]
     if not folds:
         preds = {d.case.name: _latency_ms(d, full, hw)[0] for d in data}
     errs = [abs(preds[d.case.name] / d.latency_ms - 1) for d in data]
@@ -324,14 +337,15 @@ def main(argv: list[str] | None = None) -> int:
                "spearman": check.spearman([d.latency_ms for d in data],
                                           [preds[d.case.name] for d in data])}
     for d in data:
-        log(f"  {d.case.problem:<24} measured {d.latency_ms:8.3f} ms  predicted "
+        log(f"  {d.case.name:<40} measured {d.latency_ms:8.3f} ms  predicted "
             f"{preds[d.case.name]:8.3f} ms  {100 * (preds[d.case.name] / d.latency_ms - 1):+6.1f}%")
-    kind = "leave-one-out" if folds else "in-sample"
+    kind = "leave-family-out" if folds else "in-sample"
     log(f"{kind}: median {100 * summary['median']:.1f}%, max {100 * summary['max']:.1f}%, "
         f"Spearman {summary['spearman']:.3f}")
     if args.write:
         target = Path(__file__).with_name("calibrated.py")
-        write_calibrated(target, full, folds, check.measurements_fingerprint(cases), summary)
+        trained = {d.case.name: check.case_fingerprint(d.case) for d in data}
+        write_calibrated(target, full, folds, trained, args.measurements, summary)
         log(f"wrote {target}")
     return 0
 

@@ -2,12 +2,28 @@
 
 Re-run: python -m fitness.simulator.perf.calibrate --measurements ../shared/nkibench/trn1_measurements.json --write
 
-TRN1 is the fit on all cases; TRN1_LOO[case] the fit without that case (model-check
-predicts each case with its own fold). FINGERPRINT identifies the data that was used.
-Leave-one-out on that data: median |latency error| 8.2%, max 22.7%, Spearman 0.978.
+TRN1 is the fit on all cases; TRN1_LOO[family] the fit without any case of that family
+(problem); model-check predicts each case with its family's fold. TRAINED_ON names every
+case the fit used, with a fingerprint of its measured data.
+Held out on that data (one figure per case): median |latency error| 8.2%, max 22.7%, Spearman 0.978.
 """
 
-FINGERPRINT = '43420c40ecde3f2b'
+TRAINED_ON: dict[str, str] = {
+    'swiglu_K1024_M4096_N3072': 'cb2592b4cdd2de5d',
+    'matmul_add_rmsnorm_K2048_M4096_N2048': '6b08a6fe7d3d6476',
+    'add_rmsnorm_matmul_K1024_M4096_N2048': '9a7f7103359736b5',
+    'matmul_K5120_M4096_N12288': '1dee45fc904c0342',
+    'gqa_full_B1_D128_KH8_N4096_QH16': '3c6e8d52b0961293',
+    'rmsnorm_matmul_K1024_M4096_N2048': '58da5b1d0cef27ca',
+    'rope_single_freq_apply_B1_D128_H64_N4096': '42172624cd813254',
+    'bmm_B16_K64_M4096_N4096': '1928319e150f1289',
+    'bmm_softmax_B16_K64_M4096_N4096': 'de52185f4051a6c0',
+    'transpose_matmul_K2048_M4096_N10944': '4f4b9a0c4d02408c',
+    'lora_K5120_M4096_N12288_R128': '317236882752343c',
+    'adamw_M10944_N2048': '943648d5149c8362',
+    'silu_M4096_N7168': '89178779c1fd839c',
+    'mamba_C256_M7168_S16': 'a7d9d3f8c72cc610',
+}
 
 TRN1: dict[str, float] = {
     'hoist_budget_fraction': 1.0,
@@ -26,7 +42,7 @@ TRN1: dict[str, float] = {
 }
 
 TRN1_LOO: dict[str, dict[str, float]] = {
-    'swiglu_K1024_M4096_N3072': {
+    'swiglu': {
         'hoist_budget_fraction': 1.0,
         'tt_cycles_per_elem': 1.8867,
         'recip_cycles_per_elem': 2.6603,
@@ -41,7 +57,7 @@ TRN1_LOO: dict[str, dict[str, float]] = {
         'max_buffers': 4,
         'reorder_window': 4,
     },
-    'matmul_add_rmsnorm_K2048_M4096_N2048': {
+    'matmul_add_rmsnorm': {
         'hoist_budget_fraction': 1.0,
         'tt_cycles_per_elem': 1.8878,
         'recip_cycles_per_elem': 2.6635,
@@ -56,7 +72,7 @@ TRN1_LOO: dict[str, dict[str, float]] = {
         'max_buffers': 3,
         'reorder_window': 4,
     },
-    'add_rmsnorm_matmul_K1024_M4096_N2048': {
+    'add_rmsnorm_matmul': {
         'hoist_budget_fraction': 1.0,
         'tt_cycles_per_elem': 1.8908,
         'recip_cycles_per_elem': 2.6547,
@@ -71,7 +87,7 @@ TRN1_LOO: dict[str, dict[str, float]] = {
         'max_buffers': 4,
         'reorder_window': 4,
     },
-    'matmul_K5120_M4096_N12288': {
+    'matmul': {
         'hoist_budget_fraction': 1.0,
         'tt_cycles_per_elem': 1.8861,
         'recip_cycles_per_elem': 2.6664,
@@ -86,7 +102,7 @@ TRN1_LOO: dict[str, dict[str, float]] = {
         'max_buffers': 3,
         'reorder_window': 4,
     },
-    'gqa_full_B1_D128_KH8_N4096_QH16': {
+    'gqa_full': {
         'hoist_budget_fraction': 1.0,
         'tt_cycles_per_elem': 1.8916,
         'recip_cycles_per_elem': 2.6791,
@@ -101,7 +117,7 @@ TRN1_LOO: dict[str, dict[str, float]] = {
         'max_buffers': 4,
         'reorder_window': 4,
     },
-    'rmsnorm_matmul_K1024_M4096_N2048': {
+    'rmsnorm_matmul': {
         'hoist_budget_fraction': 1.0,
         'tt_cycles_per_elem': 1.886,
         'recip_cycles_per_elem': 2.6662,
@@ -116,7 +132,7 @@ TRN1_LOO: dict[str, dict[str, float]] = {
         'max_buffers': 3,
         'reorder_window': 4,
     },
-    'rope_single_freq_apply_B1_D128_H64_N4096': {
+    'rope_single_freq_apply': {
         'hoist_budget_fraction': 1.0,
         'tt_cycles_per_elem': 1.7811,
         'recip_cycles_per_elem': 2.8605,
@@ -131,7 +147,7 @@ TRN1_LOO: dict[str, dict[str, float]] = {
         'max_buffers': 3,
         'reorder_window': 4,
     },
-    'bmm_B16_K64_M4096_N4096': {
+    'bmm': {
         'hoist_budget_fraction': 1.0,
         'tt_cycles_per_elem': 1.8861,
         'recip_cycles_per_elem': 2.6664,
@@ -146,7 +162,7 @@ TRN1_LOO: dict[str, dict[str, float]] = {
         'max_buffers': 3,
         'reorder_window': 4,
     },
-    'bmm_softmax_B16_K64_M4096_N4096': {
+    'bmm_softmax': {
         'hoist_budget_fraction': 1.0,
         'tt_cycles_per_elem': 1.8764,
         'recip_cycles_per_elem': 2.6439,
@@ -161,7 +177,7 @@ TRN1_LOO: dict[str, dict[str, float]] = {
         'max_buffers': 3,
         'reorder_window': 4,
     },
-    'transpose_matmul_K2048_M4096_N10944': {
+    'transpose_matmul': {
         'hoist_budget_fraction': 1.0,
         'tt_cycles_per_elem': 1.8861,
         'recip_cycles_per_elem': 2.6664,
@@ -176,7 +192,7 @@ TRN1_LOO: dict[str, dict[str, float]] = {
         'max_buffers': 4,
         'reorder_window': 4,
     },
-    'lora_K5120_M4096_N12288_R128': {
+    'lora': {
         'hoist_budget_fraction': 1.0,
         'tt_cycles_per_elem': 1.8861,
         'recip_cycles_per_elem': 2.6673,
@@ -191,7 +207,7 @@ TRN1_LOO: dict[str, dict[str, float]] = {
         'max_buffers': 3,
         'reorder_window': 4,
     },
-    'adamw_M10944_N2048': {
+    'adamw': {
         'hoist_budget_fraction': 1.0,
         'tt_cycles_per_elem': 1.8565,
         'recip_cycles_per_elem': 2.615,
@@ -206,7 +222,7 @@ TRN1_LOO: dict[str, dict[str, float]] = {
         'max_buffers': 4,
         'reorder_window': 4,
     },
-    'silu_M4096_N7168': {
+    'silu': {
         'hoist_budget_fraction': 1.0,
         'tt_cycles_per_elem': 1.8546,
         'recip_cycles_per_elem': 3.1687,
@@ -221,7 +237,7 @@ TRN1_LOO: dict[str, dict[str, float]] = {
         'max_buffers': 3,
         'reorder_window': 4,
     },
-    'mamba_C256_M7168_S16': {
+    'mamba': {
         'hoist_budget_fraction': 1.0,
         'tt_cycles_per_elem': 2.0303,
         'recip_cycles_per_elem': 2.485,

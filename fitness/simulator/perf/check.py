@@ -1,21 +1,30 @@
 """model-check: the performance model against real trn1 measurements, kernel by kernel.
 
-Each measured case names a baseline kernel and a NumPy reference module of the official
-NKIBench folder. The kernel is traced shape-only by the emulator, the model predicts it, and
-the prediction is compared with the measured latency and neuron-profile counters.
+Two measurement formats are read (`load_cases` tells them apart):
+* NKIBench (`trn1_measurements.json`): `cases`, each naming a baseline kernel, a NumPy
+  reference module of the official NKIBench folder and a measured neuron-profile row;
+* variants (`trn1-variants/measurements.json`): `points`, each naming a kernel file beside
+  the measurements file, its problem, a shape (the reference module's shape constants) and
+  a measured latency. Several kernels measured at one shape are versions of one computation:
+  their pairwise ranking and speedup ratios are what an optimizer's fitness must get right.
+The kernel is traced shape-only by the emulator, the model predicts it, and the prediction is
+compared with the measured latency (and counters, where measured).
 
-The trn1 parameters were fitted on these same cases, so in-sample errors flatter the model.
-`calibrated.py` therefore also stores, for every case, the parameters fitted without it:
-each case is predicted with its own leave-one-out parameters, and the summary's headline
-figures (`median_abs_rel_error`, `max_abs_rel_error`, `spearman`) are those held-out ones.
+The trn1 parameters were fitted on measured cases, so in-sample errors flatter the model.
+`calibrated.py` therefore also stores, per family (problem), the parameters fitted without
+any case of that family: each case is predicted with its family's held-out parameters, and
+the summary's headline figures (`median_abs_rel_error`, `max_abs_rel_error`, `spearman`,
+the pairwise figures) are those held-out ones; `in_sample_ms` uses the fit on everything.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib.util
 import json
 import math
+import pickle
 import statistics
 import time
 from dataclasses import dataclass
@@ -35,31 +44,81 @@ COUNTERS = ("hbm_read_bytes", "hbm_write_bytes", "spill_save_bytes", "spill_relo
 ACTIVE = {tr.SCALAR: "scalar_engine_active_time_percent",
           tr.VECTOR: "vector_engine_active_time_percent",
           tr.GPSIMD_ENGINE: "gpsimd_engine_active_time_percent"}
+ENGINE_BUSY = {tr.TENSOR: "tensor_engine_active_time_percent", **ACTIVE,
+               tr.DMA: "dma_active_time_percent"}
 BUSY_ENGINE_ABOVE = 0.5   # a measured engine this active would bound the kernel
+TIE_WITHIN = 0.05         # latencies this close count as a tie when ranking a pair
 
 
 @dataclass(frozen=True)
 class Case:
-    """One measured kernel: where its sources are and what trn1 measured."""
+    """One measured kernel: where its sources are, at which shape, and what trn1 measured.
+
+    `shape` (variants only) overrides the reference module's shape constants; `kernel_name`
+    tells versions of one computation apart (the kernel file's stem)."""
 
     name: str
     problem: str
     kernel: Path
     reference: Path
     measured: dict[str, Any]
+    shape: dict[str, int] | None = None
+
+    @property
+    def kernel_name(self) -> str:
+        return self.kernel.stem
+
+    @property
+    def shape_label(self) -> str:
+        return "_".join(f"{k}{v}" for k, v in sorted((self.shape or {}).items()))
 
 
 def load_cases(measurements_path: str | Path, suite_dir: str | Path | None = None) -> list[Case]:
+    """The cases of a measurements file in either format (module doc). Kernels are found
+    in `suite_dir` (NKIBench format; default: beside the file) or beside the file (variants).
+    A variant's reference module is its problem's in the NKIBench folder `suite_dir`
+    (default: the file's folder, else a sibling folder named `nkibench`)."""
     path = Path(measurements_path)
     data = json.loads(path.read_text())
-    suite = Path(suite_dir) if suite_dir else path.parent
-    return [Case(name, c["problem"], suite / c["kernel"], suite / c["reference"], c["baseline"])
-            for name, c in data["cases"].items()]
+    if "cases" in data:
+        suite = Path(suite_dir) if suite_dir else path.parent
+        return [Case(name, c["problem"], suite / c["kernel"], suite / c["reference"], c["baseline"])
+                for name, c in data["cases"].items()]
+    if "points" not in data:
+        raise ValueError(f"{path}: neither an NKIBench ('cases') nor a variants ('points') "
+                         f"measurements file")
+    suite = _variants_suite(path, suite_dir)
+    out = []
+    for p in data["points"]:
+        shape = {k: int(v) for k, v in p["shape"].items()}
+        case = Case("", p["problem"], path.parent / p["kernel"], reference_module(suite, p["problem"]),
+                    {"latency": float(p["latency_ms"])}, shape)
+        out.append(dataclasses.replace(case, name=f"{case.kernel_name}@{case.shape_label}"))
+    return out
 
 
-def measurements_fingerprint(cases: list[Case]) -> str:
-    """Identifies the data a calibration used (latencies and counters of every case)."""
-    blob = json.dumps({c.name: c.measured for c in cases}, sort_keys=True)
+def _variants_suite(path: Path, suite_dir: str | Path | None) -> Path:
+    for suite in ([Path(suite_dir)] if suite_dir else [path.parent, path.parent.parent / "nkibench"]):
+        if (suite / "summary.json").is_file():
+            return suite
+    raise ValueError(f"{path}: variants need the NKIBench folder for their problems' reference "
+                     f"modules (--suite-dir; none found beside the file)")
+
+
+def reference_module(suite: Path, problem: str) -> Path:
+    """The NumPy reference module of `problem` in an NKIBench folder (summary.json)."""
+    summary = json.loads((suite / "summary.json").read_text())
+    if problem not in summary:
+        raise ValueError(f"problem {problem!r} is not in {suite / 'summary.json'}")
+    for case in summary[problem]["cases"].values():
+        for impl in case["impls"]:
+            return suite / impl["task"]
+    raise ValueError(f"problem {problem!r} has no reference module in {suite / 'summary.json'}")
+
+
+def case_fingerprint(case: Case) -> str:
+    """Identifies one case's measured data (and shape) for the calibration record."""
+    blob = json.dumps({"measured": case.measured, "shape": case.shape}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -77,6 +136,10 @@ def kernel_args(case: Case) -> list[Any]:
     from .. import ShapeDtype
 
     ref = _import_file(case.reference)
+    for name, value in (case.shape or {}).items():
+        if not isinstance(getattr(ref, name, None), int):
+            raise ValueError(f"{case.reference}: no shape constant {name!r} to set for {case.name}")
+        setattr(ref, name, value)
     saved = np.random.get_state()
     try:
         np.random.seed(0)
@@ -88,19 +151,33 @@ def kernel_args(case: Case) -> list[Any]:
     return [ShapeDtype(tuple(a.shape), str(a.dtype)) if hasattr(a, "shape") else a for a in inputs]
 
 
-def trace_case(case: Case) -> tr.Trace:
-    """Shape-only emulator trace of the case's kernel."""
+def trace_case(case: Case, cache_dir: str | Path | None = None) -> tr.Trace:
+    """Shape-only emulator trace of the case's kernel; kept in `cache_dir` when given
+    (keyed by the kernel's source and the shape, so an edited kernel is traced again)."""
     from .. import run_kernel
 
     source = case.kernel.read_text()
-    return run_kernel(source, kernel_args(case), filename=str(case.kernel), shape_only=True).trace
+    cached = None
+    if cache_dir is not None:
+        key = hashlib.sha256(json.dumps([source, case.reference.read_text(), case.shape],
+                                        sort_keys=True).encode()).hexdigest()[:16]
+        cached = Path(cache_dir, f"{case.problem}-{case.kernel_name}-{key}.pkl")
+        if cached.is_file():
+            return pickle.loads(cached.read_bytes())
+    trace = run_kernel(source, kernel_args(case), filename=str(case.kernel), shape_only=True).trace
+    if cached is not None:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        cached.write_bytes(pickle.dumps(trace))
+    return trace
 
 
-def agrees(predicted: str, measured: dict[str, Any]) -> bool:
+def agrees(predicted: str, measured: dict[str, Any]) -> bool | None:
     """Does the predicted bottleneck fit the measured engine-active fractions? A predicted
     Vector/Scalar/GpSimd bound must be the most active of those engines on hardware; a
     predicted TensorE, DMA or latency bound must leave them all below half of the time
-    (TensorE and DMA activity were not measured)."""
+    (TensorE and DMA activity were not measured). None when no activity was measured."""
+    if not any(k in measured for k in ACTIVE.values()):
+        return None
     active = {e: float(measured.get(k) or 0.0) for e, k in ACTIVE.items()}
     top = max(active, key=active.__getitem__)
     if predicted in ACTIVE:
@@ -129,11 +206,13 @@ def spearman(xs: list[float], ys: list[float]) -> float:
     return num / den if den else 0.0
 
 
-def fold_params(case_name: str, fingerprint: str, base: Params) -> Params | None:
-    """The parameters fitted without `case_name`, when the stored fit used this data."""
-    if getattr(calibrated, "FINGERPRINT", None) != fingerprint:
+def fold_params(case: Case, base: Params) -> Params | None:
+    """The parameters fitted without any case of `case`'s family (its problem), unless the
+    calibration used a different measurement under this case's name."""
+    trained = getattr(calibrated, "TRAINED_ON", {})
+    if case.name in trained and trained[case.name] != case_fingerprint(case):
         return None
-    fold = getattr(calibrated, "TRN1_LOO", {}).get(case_name)
+    fold = getattr(calibrated, "TRN1_LOO", {}).get(case.problem)
     return None if fold is None else base.replace(**fold)
 
 
@@ -142,30 +221,32 @@ def predict_case(case: Case, trace: tr.Trace, hw: Hardware, params: Params) -> d
     m = case.measured
     pred = est.profile
     row: dict[str, Any] = {
-        "name": case.name, "problem": case.problem,
+        "name": case.name, "problem": case.problem, "kernel": case.kernel_name,
+        "shape": case.shape_label,
         "measured_ms": m["latency"], "predicted_ms": est.latency_ms,
         "rel_error": est.latency_ms / m["latency"] - 1.0,
         "bottleneck": bottleneck_engine(pred), "summary": est.bottleneck,
         "instructions": len(trace.instrs),
     }
     row["bottleneck_agrees"] = agrees(row["bottleneck"], m)
+    row["busy_ms"] = {ENGINE_NAMES[e]: float(pred[k]) * est.latency_ms for e, k in ENGINE_BUSY.items()}
     row["counters"] = {k: {"measured": m.get(k) or 0, "predicted": pred.get(k, 0)} for k in COUNTERS}
     return row
 
 
 def model_check(measurements_path: str | Path, suite_dir: str | Path | None = None,
-                target: str = "trn1") -> dict[str, Any]:
-    """Predicted vs measured latency and counters per case, and a summary (see module doc)."""
+                target: str = "trn1", trace_cache: str | Path | None = None) -> dict[str, Any]:
+    """Predicted vs measured latency and counters per case, the same-shape pairs of
+    different kernels, and a summary (see module doc)."""
     hw = hardware(target)
     base = for_target(target)
     cases = load_cases(measurements_path, suite_dir)
-    fp = measurements_fingerprint(cases)
     rows = []
     for case in cases:
         t0 = time.perf_counter()
-        trace = trace_case(case)
+        trace = trace_case(case, trace_cache)
         t1 = time.perf_counter()
-        fold = fold_params(case.name, fp, base) if target == "trn1" else None
+        fold = fold_params(case, base) if target == "trn1" else None
         row = predict_case(case, trace, hw, fold or base)
         row["held_out"] = fold is not None
         if fold is not None:
@@ -173,21 +254,67 @@ def model_check(measurements_path: str | Path, suite_dir: str | Path | None = No
         row["trace_seconds"] = t1 - t0
         row["model_seconds"] = time.perf_counter() - t1
         rows.append(row)
-    return {"cases": rows, "summary": summarize(rows, target, hw.calibrated)}
+        del trace
+    pairs = pair_rows(rows)
+    held_label = "leave-family-out" if any(c.shape for c in cases) else "leave-one-out"
+    return {"cases": rows, "pairs": pairs,
+            "summary": summarize(rows, target, hw.calibrated, pairs, held_label)}
 
 
-def summarize(rows: list[dict[str, Any]], target: str, calibrated_target: bool) -> dict[str, Any]:
+def ranked_right(measured_ratio: float, predicted_ratio: float) -> bool:
+    """Does a predicted speedup order a pair as hardware does? A pair measured within
+    TIE_WITHIN of each other is right when the prediction is within it too."""
+    def tie(r: float) -> bool:
+        return max(r, 1 / r) <= 1 + TIE_WITHIN
+
+    if tie(measured_ratio):
+        return tie(predicted_ratio)
+    return (measured_ratio > 1) == (predicted_ratio > 1)
+
+
+def pair_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every pair of different kernels measured at one problem and shape: the speedup of
+    the second over the first (latency ratio), measured and predicted, and whether the
+    prediction ranks them as hardware does. Kernels in name order (v1 before v2)."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["problem"], r.get("shape", "")), []).append(r)
+    pairs = []
+    for (problem, shape), group in groups.items():
+        group = sorted(group, key=lambda r: r.get("kernel", r["name"]))
+        for i, a in enumerate(group):
+            for b in group[i + 1:]:
+                if a.get("kernel", a["name"]) == b.get("kernel", b["name"]):
+                    continue
+                meas = a["measured_ms"] / b["measured_ms"]
+                pred = a["predicted_ms"] / b["predicted_ms"]
+                pair = {"problem": problem, "shape": shape, "first": a["name"], "second": b["name"],
+                        "measured_speedup": meas, "predicted_speedup": pred,
+                        "speedup_error": pred / meas - 1, "ranked_right": ranked_right(meas, pred)}
+                if "in_sample_ms" in a and "in_sample_ms" in b:
+                    ins = a["in_sample_ms"] / b["in_sample_ms"]
+                    pair.update(in_sample_speedup=ins, in_sample_speedup_error=ins / meas - 1,
+                                in_sample_ranked_right=ranked_right(meas, ins))
+                pairs.append(pair)
+    return pairs
+
+
+def summarize(rows: list[dict[str, Any]], target: str, calibrated_target: bool,
+              pairs: list[dict[str, Any]] | None = None,
+              held_label: str = "leave-one-out") -> dict[str, Any]:
     errs = [abs(r["rel_error"]) for r in rows]
     held = all(r.get("held_out") for r in rows)
+    agreement = [r["bottleneck_agrees"] for r in rows if r["bottleneck_agrees"] is not None]
     out: dict[str, Any] = {
         "target": target,
         "cases": len(rows),
-        "figures": "leave-one-out" if held else ("in-sample" if calibrated_target else "uncalibrated"),
+        "figures": held_label if held else ("in-sample" if calibrated_target else "uncalibrated"),
         "median_abs_rel_error": statistics.median(errs) if errs else None,
         "max_abs_rel_error": max(errs) if errs else None,
         "spearman": spearman([r["measured_ms"] for r in rows], [r["predicted_ms"] for r in rows])
         if len(rows) > 1 else None,
-        "bottleneck_agreement": sum(r["bottleneck_agrees"] for r in rows),
+        "bottleneck_agreement": sum(agreement),
+        "bottleneck_measured": len(agreement),
     }
     if any("in_sample_ms" in r for r in rows):
         ins = [abs(r.get("in_sample_ms", r["predicted_ms"]) / r["measured_ms"] - 1) for r in rows]
@@ -197,6 +324,15 @@ def summarize(rows: list[dict[str, Any]], target: str, calibrated_target: bool) 
         rel = [abs(r["counters"][key]["predicted"] / r["counters"][key]["measured"] - 1)
                for r in rows if r["counters"][key]["measured"]]
         out[f"median_abs_rel_error_{key}"] = statistics.median(rel) if rel else None
+    if pairs:
+        out["pairs"] = len(pairs)
+        out["pairwise_ranking_accuracy"] = sum(p["ranked_right"] for p in pairs) / len(pairs)
+        out["max_abs_speedup_error"] = max(abs(p["speedup_error"]) for p in pairs)
+        if all("in_sample_ranked_right" in p for p in pairs):
+            out["in_sample_pairwise_ranking_accuracy"] = \
+                sum(p["in_sample_ranked_right"] for p in pairs) / len(pairs)
+            out["in_sample_max_abs_speedup_error"] = \
+                max(abs(p["in_sample_speedup_error"]) for p in pairs)
     return out
 
 
@@ -205,8 +341,8 @@ def _pct(x: float) -> str:
 
 
 def format_model_check(result: dict[str, Any]) -> str:
-    """A terminal table: one line per case, then the summary."""
-    head = (f"{'kernel':<24} {'meas ms':>8} {'pred ms':>8} {'error':>7}  {'bound':<8} ok "
+    """A terminal table: one line per case, the same-shape pairs, then the summary."""
+    head = (f"{'kernel':<24} {'meas ms':>8} {'pred ms':>8} {'error':>7} {'fit ms':>8}  {'bound':<8} ok "
             f"{'rd err':>7} {'wr err':>7}  {'S% m/p':>9} {'V% m/p':>9}")
     lines = [head, "-" * len(head)]
     for r in result["cases"]:
@@ -217,22 +353,50 @@ def format_model_check(result: dict[str, Any]) -> str:
             return _pct(p / m - 1) if m else "-"
 
         def act(key: str) -> str:
-            return f"{100 * c[key]['measured']:.0f}/{100 * c[key]['predicted']:.0f}"
+            m = f"{100 * c[key]['measured']:.0f}" if r["bottleneck_agrees"] is not None else "-"
+            return f"{m}/{100 * c[key]['predicted']:.0f}"
 
         bound = ENGINE_NAMES.get(r["bottleneck"], r["bottleneck"])
+        ok = {True: "y", False: "n", None: "-"}[r["bottleneck_agrees"]]
+        fit = f"{r['in_sample_ms']:>8.3f}" if "in_sample_ms" in r else f"{'-':>8}"
+        label = r["name"] if r.get("shape") else r["problem"]
         lines.append(
-            f"{r['problem']:<24} {r['measured_ms']:>8.3f} {r['predicted_ms']:>8.3f} "
-            f"{_pct(r['rel_error']):>7}  {bound:<8} {'y' if r['bottleneck_agrees'] else 'n':>2} "
+            f"{label:<24} {r['measured_ms']:>8.3f} {r['predicted_ms']:>8.3f} "
+            f"{_pct(r['rel_error']):>7} {fit}  {bound:<8} {ok:>2} "
             f"{err('hbm_read_bytes'):>7} {err('hbm_write_bytes'):>7}  "
             f"{act('scalar_engine_active_time_percent'):>9} {act('vector_engine_active_time_percent'):>9}")
     s = result["summary"]
     lines.append("-" * len(head))
+    pairs = result.get("pairs") or []
+    if pairs:
+        phead = (f"{'pair (speedup of 2nd over 1st)':<44} {'measured':>8} {'pred':>7} {'error':>7} "
+                 f"{'rank':>4} {'fit':>7} {'error':>7} {'rank':>4}")
+        lines += [phead, "-" * len(phead)]
+        for p in pairs:
+            first, second = p["first"].split("@")[0], p["second"].split("@")[0]
+            fit = (f"{p['in_sample_speedup']:>7.2f} {_pct(p['in_sample_speedup_error']):>7} "
+                   f"{'y' if p['in_sample_ranked_right'] else 'n':>4}") if "in_sample_speedup" in p else ""
+            lines.append(
+                f"{first + ' -> ' + second + ' ' + p['shape']:<44} {p['measured_speedup']:>8.2f} "
+                f"{p['predicted_speedup']:>7.2f} {_pct(p['speedup_error']):>7} "
+                f"{'y' if p['ranked_right'] else 'n':>4} {fit}")
+        lines.append("-" * len(phead))
+    agree = (f", bottleneck agrees {s['bottleneck_agreement']}/{s['bottleneck_measured']}"
+             if s["bottleneck_measured"] else "")
     lines.append(
         f"{s['target']} estimate vs measurement ({s['figures']} figures, {s['cases']} cases): "
         f"median |error| {100 * s['median_abs_rel_error']:.1f}%, max {100 * s['max_abs_rel_error']:.1f}%, "
-        f"Spearman {s['spearman']:.3f}, bottleneck agrees {s['bottleneck_agreement']}/{s['cases']}")
+        f"Spearman {s['spearman']:.3f}{agree}")
+    if "pairs" in s:
+        lines.append(f"same-shape pairs ({s['figures']}): {s['pairs']}, ranked right "
+                     f"{100 * s['pairwise_ranking_accuracy']:.0f}%, max |speedup error| "
+                     f"{100 * s['max_abs_speedup_error']:.1f}%")
     if "in_sample_median_abs_rel_error" in s:
-        lines.append(f"in-sample (all cases fitted): median |error| "
-                     f"{100 * s['in_sample_median_abs_rel_error']:.1f}%, "
-                     f"max {100 * s['in_sample_max_abs_rel_error']:.1f}%")
+        line = (f"final calibration (fit on everything): median |error| "
+                f"{100 * s['in_sample_median_abs_rel_error']:.1f}%, "
+                f"max {100 * s['in_sample_max_abs_rel_error']:.1f}%")
+        if "in_sample_pairwise_ranking_accuracy" in s:
+            line += (f"; pairs ranked right {100 * s['in_sample_pairwise_ranking_accuracy']:.0f}%, "
+                     f"max |speedup error| {100 * s['in_sample_max_abs_speedup_error']:.1f}%")
+        lines.append(line)
     return "\n".join(lines)

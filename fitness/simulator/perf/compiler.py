@@ -8,10 +8,24 @@ Heuristic, calibrated on the measured byte and flop counters (trainium-perf-mode
    measured VectorE time fits the per-element cost of rope, silu and swiglu only without
    those two tensor_tensor instructions, and its ScalarE time still counts one ScalarE
    instruction per pair.
-1. CSE / loop-invariant hoisting of loads, broadcast matmuls, user transposes and plain
-   copies whose inputs are unmodified and identical to an earlier instruction's: later
-   readers use the earlier result. Applied per allocation site ("group") only while the
-   copies kept alive longer fit a share of SBUF (and of PSUM).
+   Step 0b. A partition broadcast (`broadcast_to`: K=1 matmuls into PSUM, one per 512
+   columns, each evicted to SBUF) whose tile fits one PSUM bank (2 KiB per partition, 512
+   fp32) stays in PSUM: its readers read it there (one PSUM input: tensor_tensor at the
+   PSUM rate) and no eviction runs. A wider one spans banks and is evicted. Measured on the
+   mamba variants: with 512-column tiles (v2 at sequence 512, v3 at every length, whose
+   broadcasts are one bank) VectorE spends ~6.8 cycles per element and state on 4 vector
+   instructions, which is 2 PSUM-rate and 2 SBUF-rate instructions plus overheads; v2 at
+   sequence 1024-6144 (two banks and more) spends ~9.4, as four SBUF-rate instructions do;
+   and the NKIBench mamba baseline (7168 columns) spends ScalarE time on exactly its 896
+   evictions (trainium-perf-model.md §6.3).
+1. CSE / loop-invariant hoisting of loads, broadcast matmuls, user transposes, plain
+   copies and tensor_tensor instructions whose inputs are unmodified and identical to an
+   earlier instruction's: later readers use the earlier result. Applied per allocation
+   site ("group") only while the copies kept alive longer fit a share of SBUF (and of
+   PSUM). tensor_tensor is included because neuronx-cc hoists mamba v2's and v3's
+   `delta * u` out of the state loop: without that, v2 at sequence 512 and v3 would need
+   five vector instructions per element and state in ~6.8 cycles, below what the four
+   that remain cost.
 2. Liveness of logical blocks (first access .. last access) against the usable SBUF per
    partition; while the peak exceeds it, the largest tensor live at the peak is
    rematerialised (clean: a pure copy of an input, re-loaded next to each consuming loop
@@ -48,6 +62,7 @@ class CompilerReport:
     """What the pass did, for the bottleneck summary and the calibration record."""
 
     fused_pairs: int = 0
+    psum_broadcasts: int = 0
     removed_duplicates: int = 0
     hoisted_sites: int = 0
     rejected_sites: int = 0
@@ -61,6 +76,7 @@ def apply(prog: Program, hw: Hardware, params: Params) -> CompilerReport:
     """Rewrite `prog` in place (ops, tensors, blocks) and report what changed."""
     report = CompilerReport()
     report.fused_pairs = _fuse_scaled_pairs(prog)
+    report.psum_broadcasts = _keep_broadcasts_in_psum(prog, hw)
     _hoist(prog, hw, params, report)
     _resolve_overflow(prog, hw, report)
     prog.ops = sorted([op for op in prog.ops if op.kind], key=attrgetter("pos"))
@@ -109,6 +125,41 @@ def _fuse_scaled_pairs(prog: Program) -> int:
                 and len(op.writes) == 1:
             scaled[op.writes[0]] = i
     return fused
+
+
+# ------------------------------------------------------------- broadcasts left in PSUM
+
+def _keep_broadcasts_in_psum(prog: Program, hw: Hardware) -> int:
+    """Step 0b (module doc): a partition broadcast that fits one PSUM bank is read where
+    the broadcast matmul left it: its PSUM->SBUF copy is dropped and its readers read the
+    PSUM tile (one PSUM input each). Returns the number of copies dropped."""
+    ops, mem = prog.ops, prog.block_memory
+    writes = [0] * len(mem)
+    for op in ops:
+        for bk, _ in op.writes:
+            writes[bk] += 1
+    moved: dict[BlockKey, tuple[BlockKey, tuple[int, ...]]] = {}
+    for op in ops:
+        if op.kind != tr.COPY or op.source != "broadcast_to" or len(op.reads) != 1 \
+                or len(op.writes) != 1:
+            continue
+        (src, sbox), (dst, dbox) = op.reads[0], op.writes[0]
+        if mem[src] != tr.PSUM or mem[dst] != tr.SBUF or writes[dst] != 1 \
+                or prog.block_bytes(dst) > hw.psum_bank_bytes:
+            continue
+        moved[dst] = (src, boxes.offset(dbox, sbox))
+        op.kind = ""                # dropped by apply()
+    if not moved:
+        return 0
+    for op in ops:
+        if not op.kind:
+            continue
+        for i, (bk, box) in enumerate(op.reads):
+            hit = moved.get(bk)
+            if hit is not None:
+                op.reads[i] = (hit[0], boxes.shift(box, hit[1]))
+                op.psum_inputs += 1
+    return len(moved)
 
 
 # ----------------------------------------------------------------------------------- CSE
@@ -177,11 +228,16 @@ def _may_repeat(prog: Program) -> bool:
     return False
 
 
+COMPILED_LOOPS = ("affine", "sequential")   # loops the compiler sees (others are unrolled
+                                           # by Python before it: static_range, range)
+
+
 def _candidates(prog: Program) -> list[tuple[object, int] | None]:
     """Per op of prog.ops: (group, signature) for CSE candidates, None for the rest. The
     group is the allocation site of its first write; the signature numbers what, besides
     its inputs, must match for two instructions to compute the same result (kind, dtype,
-    function, shape of the work and of the writes). Neither changes between CSE passes."""
+    function, shape of the work and of the writes, and for computations their hoisting
+    scope, `_compute_scope`). Neither changes between CSE passes."""
     site_of = [prog.tensors[t].site for t in prog.block_tensor]
     signatures: dict[tuple, int] = {}
     out: list[tuple[object, int] | None] = []
@@ -192,9 +248,25 @@ def _candidates(prog: Program) -> list[tuple[object, int] | None]:
         mm = op.mm
         sig = (op.kind, op.dtype, op.func, op.P, op.N, op.dma_bytes,
                (mm.K, mm.M, mm.N, mm.is_transpose, mm.stationary_onezero) if mm else None,
-               tuple([boxes.shape(box) for _, box in op.writes]))
+               tuple([boxes.shape(box) for _, box in op.writes]),
+               _compute_scope(op, prog.loops) if op.kind in COMPUTE_CSE_KINDS else None)
         out.append((site_of[op.writes[0][0]], signatures.setdefault(sig, len(signatures))))
     return out
+
+
+COMPUTE_CSE_KINDS = frozenset({tr.TT})
+
+
+def _compute_scope(op: Op, loops: dict) -> tuple:
+    """A computation is reused only across iterations of the innermost compiled loop around
+    it (loop-invariant code motion out of that loop): its scope is its iteration of every
+    enclosing compiled loop but that one. Measured: neuronx-cc hoists mamba v2's `delta * u`
+    out of its inner state loop (and v3's, whose sequence loop is unrolled), but recomputes
+    v1's, which is invariant only in its outer state loop: v1's VectorE time at 4096 x 512
+    (2.16 ms) exceeds v2's (1.60 ms) by one 2N tensor_tensor per channel tile and state."""
+    path = [step for step in op.loop_path
+            if loops.get(step[0]) is None or loops[step[0]].kind in COMPILED_LOOPS]
+    return tuple(path[:-1])
 
 
 def _untracked(prog: Program) -> list[bool]:

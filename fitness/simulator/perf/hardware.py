@@ -65,6 +65,11 @@ class Hardware:
     notes: str = ""
 
     @property
+    def psum_bank_bytes(self) -> int:
+        """Bytes per partition of one PSUM bank (one matmul writes one bank)."""
+        return self.psum_bytes_per_partition // self.psum_banks
+
+    @property
     def sbuf_usable_bytes_per_partition(self) -> int:
         return self.sbuf_bytes_per_partition - self.sbuf_reserved_bytes_per_partition
 

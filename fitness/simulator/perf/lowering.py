@@ -8,7 +8,7 @@ ones-stationary matmuls into PSUM plus copies, per 512 columns. What happens her
   block indices; or a whole HBM tensor) and a box inside it, which is what liveness, CSE and
   dependencies reason on; blocks are interned as ints for speed;
 * each instruction gets its candidate engines and whether the compiler may CSE/hoist it:
-  loads, broadcasts, user transposes and plain copies may; the transposes and copies
+  loads, broadcasts, user transposes, plain copies and tensor_tensor may; the transposes and copies
   expanded from `nl.matmul` may not (measured: add_rmsnorm_matmul keeps one transpose per
   `nl.matmul` call, while its broadcast was hoisted out of the row loop).
 """
@@ -28,7 +28,9 @@ Access = tuple[BlockKey, Box]
 # Instructions the compiler expands `nl.matmul` into (transpose of x, PSUM copy): the
 # measured profiles keep one transpose per call, so they are not CSE candidates.
 COMPILER_EXPANDED = frozenset({"nl.matmul"})
-CSE_KINDS = frozenset({tr.DMA_LOAD, tr.MM_TRANSPOSE, tr.MM_BCAST, tr.COPY})
+# tensor_tensor too: measured, neuronx-cc hoists `delta * u` out of mamba v2's and v3's state
+# loop (compiler.py module doc, step 1).
+CSE_KINDS = frozenset({tr.DMA_LOAD, tr.MM_TRANSPOSE, tr.MM_BCAST, tr.COPY, tr.TT})
 DMA_KINDS = frozenset({tr.DMA_LOAD, tr.DMA_STORE, tr.DMA_SPILL_SAVE, tr.DMA_SPILL_RELOAD})
 MM_KINDS = frozenset({tr.MM, tr.MM_TRANSPOSE, tr.MM_BCAST})
 
@@ -70,6 +72,7 @@ class Op:
     hbm_tensor_kind: str = ""  # DMA: kind of the HBM tensor it reads or writes
     pos: int = 0               # sort key of program order (original position x 4)
     origin: int = -1           # trace instruction id (-1: inserted by the model)
+    source: str = ""           # the NKI call it was expanded from ("broadcast_to", ...)
 
 
 @dataclass
@@ -213,7 +216,8 @@ def _op(prog: Program, ins: tr.Instr, reads: list[Access], writes: list[Access],
             psum_out = True
     op = Op(kind, _engines(ins), ins.dtype, tuple(ins.in_dtypes), ins.partitions, ins.free,
             reads, writes, ins.loop_path, ins.line, ins.func, ins.mm, psum_inputs=ins.psum_inputs,
-            strided=ins.strided, cse=cse, psum_out=psum_out, pos=pos, origin=ins.id)
+            strided=ins.strided, cse=cse, psum_out=psum_out, pos=pos, origin=ins.id,
+            source=ins.op)
     dma = ins.dma
     if dma is not None:
         op.dma_bytes = dma.bytes
