@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from . import errors
+from .. import errors
 
 Box = tuple[tuple[int, int], ...]   # per tile axis: [start, stop)
 
