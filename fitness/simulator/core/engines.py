@@ -1,7 +1,9 @@
 """Instructions of the engines that front-end APIs share: DMA loads of HBM into SBUF,
 constants embedded in the kernel, copies, TensorE matmul and transpose (against the
 identity matrix the compiler loads once), ScalarE activation and VectorE free-axis
-reductions. Each takes the API name the trace records (`api`) and the kernel line.
+reductions. Each takes the API name the trace records (`api`) and the kernel line; the
+copies and the identity load that transposes add on their own are recorded as `nl.copy` and
+`nl.load`, the names the compiler's lowering gives them in every trace so far.
 """
 
 from __future__ import annotations

@@ -10,6 +10,10 @@ the constant changes.
 Comparisons of expressions build `Mask` predicates (conjunctions with `&`); a mask whose
 conditions each depend on one axis is a box, which instructions apply by shrinking their
 operands instead of computing and discarding.
+
+They belong to the core because they are the machine's access patterns and instruction
+predicates, which `subscript` and `instr` work on; a front-end decides how kernel code
+spells them (the legacy one exports `arange`, `mgrid` and `ds` as `nl.*`).
 """
 
 from __future__ import annotations
