@@ -342,7 +342,7 @@ class NkiTensor:
     __index__ = __float__
 
     # (no __getattr__ hook for a friendlier message on unknown attributes: it would slow every
-    # attribute access of the emulator; the runner rewords the AttributeError instead)
+    # attribute access of the emulator; core.launch rewords the AttributeError instead)
 
 
 def unknown_attribute(e: AttributeError) -> AttributeError | None:
