@@ -1,4 +1,15 @@
-"""NKI simulator: an emulator of the legacy `neuronxcc.nki` language and a Trainium performance model.
+"""NKI simulator: an emulator of NKI kernels and a Trainium performance model.
+
+Layout (imports run one way: front-ends -> core, perf -> trace; `errors` and `trace` are
+shared by all):
+  core/      machine semantics, the same for every dialect: the running machine, HBM/SBUF/PSUM
+             tensors and their storage, subscripts as affine views, the engines' instructions
+             and the trace records they emit, kernel launch
+  legacy/    the legacy `neuronxcc.nki` dialect: the `nl` and `nisa` APIs, loop iterators, the
+             `neuronxcc` module objects and the dialect's meaning of Python syntax on tiles
+  runner.py  the entry point for legacy kernels (load, run, simulate)
+  trace.py   the instruction trace: what the emulator records and `perf` times
+  perf/      the performance model
 
 Public API of the emulator:
   install_neuronxcc()             make `import neuronxcc.nki...` resolve to the emulator (this process only)
@@ -12,8 +23,8 @@ times it lives in `fitness.simulator.perf`.
 
 from . import errors
 from .errors import NkiError
+from .legacy.shim import install_neuronxcc
 from .runner import KernelRun, ShapeDtype, load_kernel, run_kernel, simulate
-from .shim import install_neuronxcc
 
 __all__ = ["KernelRun", "NkiError", "ShapeDtype", "errors", "install_neuronxcc", "load_kernel", "run_kernel",
            "simulate"]

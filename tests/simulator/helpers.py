@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from fitness.simulator import simulate
-from fitness.simulator.shim import build_modules
+from fitness.simulator.legacy.shim import build_modules
 
 _MODULES = build_modules()
 nki = _MODULES["neuronxcc.nki"]

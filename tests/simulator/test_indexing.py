@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from fitness.simulator import errors
-from fitness.simulator.indexing import arange, ds, mask_array, mask_box, mgrid
+from fitness.simulator.core.indexing import arange, ds, mask_array, mask_box, mgrid
 
 from .helpers import nl, rand, run
 

@@ -8,7 +8,8 @@ import tracemalloc
 
 import numpy as np
 
-from fitness.simulator import ShapeDtype, run_kernel, runner, simulate
+from fitness.simulator import ShapeDtype, run_kernel, simulate
+from fitness.simulator.core import launch
 from fitness.simulator.trace import COPY, DMA_LOAD, DMA_STORE, HBM, MM, PSUM, SBUF, TS
 
 from .helpers import assert_consistent, instrs, nisa, nl, rand, run
@@ -115,8 +116,8 @@ def test_release_plan_keeps_memory_bounded(monkeypatch):
 
     x = rand(128, 2048)
 
-    def peak(release, threshold=runner.AUTO_RELEASE_BYTES):
-        monkeypatch.setattr(runner, "AUTO_RELEASE_BYTES", threshold)
+    def peak(release, threshold=launch.AUTO_RELEASE_BYTES):
+        monkeypatch.setattr(launch, "AUTO_RELEASE_BYTES", threshold)
         tracemalloc.start()
         r = simulate(kernel, [x], release=release)
         p = tracemalloc.get_traced_memory()[1]
@@ -132,7 +133,6 @@ def test_release_plan_keeps_memory_bounded(monkeypatch):
 
 
 def test_repeated_runs_reuse_the_release_plan(monkeypatch):
-    from fitness.simulator import run_kernel, runner
     src = ("import numpy as np\nimport neuronxcc.nki.language as nl\n"
            "def kernel(x):\n"
            "    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)\n"
@@ -141,10 +141,10 @@ def test_repeated_runs_reuse_the_release_plan(monkeypatch):
            "        t[i] = nl.load(x[i])\n"
            "        nl.store(out[i], value=nl.exp(t[i]))\n"
            "    return out\n")
-    monkeypatch.setattr(runner, "AUTO_RELEASE_BYTES", 1024)   # make this small kernel take the plan path
+    monkeypatch.setattr(launch, "AUTO_RELEASE_BYTES", 1024)   # make this small kernel take the plan path
     calls = []
-    real = runner.release_plan
-    monkeypatch.setattr(runner, "release_plan", lambda trace: calls.append(1) or real(trace))
+    real = launch.release_plan
+    monkeypatch.setattr(launch, "release_plan", lambda trace: calls.append(1) or real(trace))
     for seed in (1, 2, 3):
         x = rand(4, 128, 64, seed=seed)
         np.testing.assert_allclose(run_kernel(src, [x], filename="plan_cache.py").outputs, np.exp(x), rtol=2e-6)

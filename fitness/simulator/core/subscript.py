@@ -15,32 +15,22 @@ from operator import attrgetter, lt
 
 import numpy as np
 
-from . import errors
+from .. import errors
 from .indexing import IndexArray, IndexExpr, aligned_coef, broadcast_shapes, is_int
 from .tensor import (
     Buffer,
     Fresh,
     NkiTensor,
-    _contiguous,
     _general_view,
     _index_arrays,
     _make,
     _minor_stride,
     block_box,
-    c_strides,
-    identity_coef,
     new_region,
-    prod,
+    touch,
     whole,
 )
-from .trace import HBM
-
-
-def _fresh_touch(b: Buffer) -> None:
-    f = b.fresh
-    if f is not None:
-        from . import instr
-        instr.touch(f)
+from ..trace import HBM
 
 
 def subscript(v: NkiTensor, key) -> NkiTensor:
@@ -55,7 +45,7 @@ def subscript(v: NkiTensor, key) -> NkiTensor:
     b = v._b
     f = b.fresh
     if f is not None and f.state != Fresh.USED:
-        _fresh_touch(b)
+        touch(f)
     t = None
     if v._whole:
         t = _fast_subscript(v, b, key if type(key) is tuple else (key,))
@@ -502,31 +492,7 @@ def _compose_general(v: NkiTensor, exprs, new_shape, checks) -> NkiTensor:
     return t
 
 
-# --- reshape (HBM) ------------------------------------------------------------------------------------
-
-def reshape(v: NkiTensor, shape: tuple[int, ...]) -> NkiTensor:
-    """A row-major reshape of a contiguous HBM view (NKI allows reshape on HBM tensors only)."""
-    b = v._b
-    if b.memory != HBM:
-        raise errors.UnsupportedMemoryError(
-            f"reshape is supported on HBM tensors only; '{b.label}' is in {b.memory}")
-    if -1 in shape:
-        known = prod(n for n in shape if n != -1)
-        shape = tuple(prod(v._shape) // known if n == -1 else n for n in shape)
-    if prod(shape) != prod(v._shape):
-        raise errors.ShapeMismatchError(
-            f"cannot reshape tensor '{b.label}' of shape {list(v._shape)} ({prod(v._shape)} elements) into "
-            f"{list(shape)} ({prod(shape)} elements)")
-    if v._gat is not None or v._checks or not _contiguous(v._shape, v._st):
-        raise errors.IndexNotSupportedError(
-            f"reshape needs a contiguous in-bounds HBM view; '{b.label}' view of shape {list(v._shape)} is not")
-    n = len(shape)
-    ident = identity_coef(n)
-    return _make(b, v._key, shape, c_strides(shape), v._off, (0,) * n, ident, shape, (), None,
-                 alias=(shape != b.local or v._off != 0))
-
-
-# --- bounds, regions, data access -------------------------------------------------------------------
+# --- views of another shape --------------------------------------------------------------------------
 
 def squeeze_to(v: NkiTensor, shape: tuple[int, ...]) -> NkiTensor:
     """`v` seen with `shape`, when the two differ only by axes of extent 1 (else `v`)."""

@@ -1,10 +1,12 @@
-"""`import neuronxcc.nki...` resolved to the emulator, in the current process only.
+"""`import neuronxcc.nki...` resolved to the emulator, in the current process only, and the
+legacy front-end as the core sees it (`FRONTEND`).
 
 `install_neuronxcc()` puts module objects named `neuronxcc`, `neuronxcc.nki`,
 `neuronxcc.nki.language`, `.isa`, `.typing` (and `.compiler`) into `sys.modules`. Nothing
 named `neuronxcc` exists on disk, so on a Trainium host the real SDK is used unless the
 evaluating process asks for the emulator. Names the emulator does not implement raise
-`UnsupportedApiError` naming them.
+`UnsupportedApiError` naming them. The launchers (`nki.jit` kernels called with arrays,
+`simulate_kernel`, `baremetal`, ...) run kernels through `core.launch` with `FRONTEND`.
 """
 
 from __future__ import annotations
@@ -16,7 +18,10 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from . import errors, isa, language, runtime
+from .. import errors
+from ..core import instr, launch, runtime, subscript
+from . import isa, language
+from .loops import kernel_range
 
 _MARK = "__nki_emulator__"
 
@@ -34,8 +39,7 @@ class JitKernel:
     def __call__(self, *args, **kwargs):
         if runtime.current() is not None:
             return self._func(*args, **kwargs)
-        from .runner import simulate
-        return simulate(self._func, args, kwargs).outputs
+        return launch.simulate(FRONTEND, self._func, args, kwargs).outputs
 
     def __getitem__(self, grid):
         dims = grid if isinstance(grid, tuple) else (grid,)
@@ -65,8 +69,7 @@ def trace(func=None, **options):
 
 def simulate_kernel(kernel, *args, **kwargs):
     """`nki.simulate_kernel(kernel, *arrays)`: run on the emulator, return NumPy outputs."""
-    from .runner import simulate
-    return simulate(_unwrap(kernel), args, kwargs).outputs
+    return launch.simulate(FRONTEND, _unwrap(kernel), args, kwargs).outputs
 
 
 def baremetal(kernel=None, **options):
@@ -75,8 +78,7 @@ def baremetal(kernel=None, **options):
         return lambda k: baremetal(k, **options)
 
     def run(*args, **kwargs):
-        from .runner import simulate
-        return simulate(_unwrap(kernel), args, kwargs).outputs
+        return launch.simulate(FRONTEND, _unwrap(kernel), args, kwargs).outputs
     return functools.wraps(_unwrap(kernel))(run)
 
 
@@ -152,7 +154,6 @@ def _module(name: str, attrs: dict[str, Any], lazy: Callable | None = None,
 
 def build_modules() -> dict[str, types.ModuleType]:
     """Fresh module objects for the `neuronxcc` namespace."""
-    from .loops import kernel_range  # noqa: F401  (documented: kernels' `range` is replaced by the runner)
     nl = _module("neuronxcc.nki.language", {n: getattr(language, n) for n in language.EXPORTS},
                  lazy=language.__getattr__)
     nisa = _module("neuronxcc.nki.isa", {n: getattr(isa, n) for n in isa.EXPORTS})
@@ -182,3 +183,20 @@ def uninstall_neuronxcc() -> None:
     for name in [n for n in sys.modules if n == "neuronxcc" or n.startswith("neuronxcc.")]:
         if getattr(sys.modules[name], _MARK, False):
             del sys.modules[name]
+
+
+# The legacy dialect as the core sees it: Python syntax on tiles follows the legacy rules
+# (`t[...] = nl.exp(x)` writes t directly, `a + b` lowers like nl.add), and kernel code's
+# Python `range` is a sequential loop.
+FRONTEND = runtime.FrontEnd(
+    name="legacy",
+    getitem=subscript.subscript,
+    setitem=instr.setitem,
+    augmented=instr.augmented,
+    operator=language.operator,
+    broadcast_to=language.broadcast_to,
+    install=install_neuronxcc,
+    unwrap=_unwrap,
+    is_mutable=is_mutable_annotation,
+    kernel_globals={"range": kernel_range},
+)

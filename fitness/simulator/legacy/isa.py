@@ -1,22 +1,23 @@
 """`neuronxcc.nki.isa` (nisa): single hardware instructions — TensorE matmul/transpose,
 ScalarE activation, VectorE tensor_scalar / tensor_tensor / reduce / scan / reciprocal,
-memset, iota and copies (nki-semantics.md §6.5-6.6).
+memset, iota and copies (nki-semantics.md §6.5-6.6) — in the legacy calling convention
+(instructions return a new tile), lowered to the core's instructions; and the engine
+selectors (`nisa.vector_engine`, ...).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from . import errors, ops
-from . import instr as I
-from . import language as L
-from . import subscript as S
-from . import tensor as T
-from .indexing import IndexExpr, is_int
-from .runtime import machine
-from .tensor import NkiTensor
-from .trace import (
-    ACT,
+from .. import errors
+from ..core import engines as E
+from ..core import instr as I
+from ..core import ops
+from ..core import tensor as T
+from ..core.indexing import IndexExpr, is_int
+from ..core.runtime import machine
+from ..core.tensor import NkiTensor
+from ..trace import (
     COPY,
     DMA,
     DMA_LOAD,
@@ -36,7 +37,6 @@ from .trace import (
     TT,
     TTS,
     VECTOR,
-    MatmulInfo,
 )
 
 F32 = np.dtype(np.float32)
@@ -77,126 +77,12 @@ def engine_letters(engine) -> tuple[str, ...]:
 
 # --- TensorE -------------------------------------------------------------------------------------------
 
-_EYE: dict[int, np.ndarray] = {}
-
-
-def _is_identity(a: np.ndarray) -> bool:
-    n = a.shape[0]
-    if a.ndim != 2 or a.shape[1] != n:
-        return False
-    eye = _EYE.get(n)
-    if eye is None:
-        eye = _EYE[n] = np.identity(n, dtype=np.float32)
-    return bool(np.array_equal(a, eye))
-
-
-_MM_INFOS: dict[tuple, MatmulInfo] = {}   # MatmulInfo is immutable: one per distinct value
-
-
-def _matmul(api: str, stationary, moving, mask, line: int, st1z: bool = False, mv1z: bool = False,
-            is_transpose: bool = False, kind: str = MM) -> NkiTensor:
-    m = machine()
-    s = I.tile(stationary, "stationary", api, (SBUF,))
-    mv = I.tile(moving, "moving", api, (SBUF,))
-    sshape, mshape = s._shape, mv._shape
-    K = sshape[0]
-    if mshape[0] != K:
-        raise errors.MatmulShapeError(
-            f"contraction dimension (partitions) of '{api}' operands differ: stationary{list(s._shape)} has "
-            f"{K}, moving{list(mv._shape)} has {mv._shape[0]}")
-    M = sshape[1] if len(sshape) == 2 else T.prod(sshape[1:])
-    N = mshape[1] if len(mshape) == 2 else T.prod(mshape[1:])
-    if K > 128:
-        raise errors.DimensionLimitError(
-            f"size of dimension 0 (K) in 'stationary{list(s._shape)}' of '{api}' exceed architecture limitation of 128")
-    if M > 128:
-        raise errors.DimensionLimitError(
-            f"size of the free dimension (M) in 'stationary{list(s._shape)}' of '{api}' exceed architecture "
-            f"limitation of 128 (gemm_stationary_fmax)")
-    if N > 512:
-        raise errors.DimensionLimitError(
-            f"size of the free dimension (N) in 'moving{list(mv._shape)}' of '{api}' exceed architecture limitation "
-            f"of 512 (gemm_moving_fmax, one PSUM bank)")
-    out_shape = (M,) + mshape[1:]
-    sv, mvv = s, mv
-    box = None
-    if mask is not None:
-        box, wh = I.active(mask, out_shape)
-        if wh is not None:
-            raise errors.MaskExpressionError(
-                f"'{api}' masks must select a box of the (M, N) output (one comparison per axis)")
-        if box is not None:
-            if len(sshape) == 2:
-                sv = T.restrict(s, ((0, K), box[0]), sshape)
-            mvv = T.restrict(mv, ((0, K),) + box[1:], mshape)
-    if sv._checks:
-        T.check_bounds(sv)
-    if mvv._checks:
-        T.check_bounds(mvv)
-    res = I.new_result(out_shape, F32, PSUM, kind, line)
-    rv = res if box is None else T.restrict(res, box, out_shape)
-    if not m.shape_only and 0 not in rv._shape:
-        a = I.fp32(sv).reshape(K, -1)
-        b = I.fp32(mvv).reshape(K, -1)
-        if is_transpose and _is_identity(b):
-            out = a.T
-        else:
-            out = np.matmul(a.T, b)
-        I.store_result(rv, out if out.shape == rv._shape else out.reshape(rv._shape), None)
-    Ma = M if box is None else T.prod(sv._shape[1:])
-    Na = N if box is None else T.prod(mvv._shape[1:])
-    mkey = (K, Ma, Na, bool(st1z), bool(mv1z), bool(is_transpose))
-    mm = _MM_INFOS.get(mkey)
-    if mm is None:
-        mm = _MM_INFOS[mkey] = MatmulInfo(K, Ma, Na, False, *mkey[3:])
-    I.record(m, kind, api, (TENSOR,), res, rv, box, None, [sv, mvv], line, "", partitions=K, free=Na, mm=mm)
-    return res
-
-
-def _identity_tile(m, line: int) -> NkiTensor:
-    """The SBUF identity matrix the compiler loads once (at kernel level) for TensorE transposes."""
-    if m.identity is None:
-        saved = m.scope, m.path
-        m.scope, m.path = (), ()   # kernel level: usable from every loop iteration
-        try:
-            const = L.shared_constant(np.identity(128, dtype=np.float32))
-            ident = L.load(const)
-        finally:
-            m.scope, m.path = saved
-        const._b.name = "identity"
-        m.trace.tensors[const._b.id] = const._b.info()
-        ident._b.name = "identity_local"
-        f = ident._b.fresh
-        f.meta = (f.meta[0], "identity_local") + f.meta[2:]
-        f.state = f.USED
-        m.identity = ident
-    return m.identity
-
-
-def _transpose_tensore(api: str, x: NkiTensor, line: int, dtype=None) -> NkiTensor:
-    """Transpose an SBUF tile on TensorE: matmul against the identity into PSUM."""
-    m = machine()
-    if x._b.memory != SBUF:
-        x = L.copy(x)
-    P, F = x._shape[0], T.prod(x._shape[1:])
-    if P > 128 or F > 128:
-        raise errors.DimensionLimitError(
-            f"size of dimension {0 if P > 128 else 1} in 'x{list(x._shape)}' of 'transpose' exceed architecture "
-            f"limitation of 128")
-    ident = _identity_tile(m, line)
-    eye = ident if P == 128 else S.subscript(ident, (slice(0, P), slice(0, P)))
-    res = _matmul(api, x, eye, None, line, mv1z=True, is_transpose=True, kind=MM_TRANSPOSE)
-    if dtype is not None and I.normalize_dtype(dtype) != F32:
-        return L.copy(res, dtype=dtype)
-    return res
-
-
 def nc_matmul(stationary, moving, is_stationary_onezero: bool = False, is_moving_onezero: bool = False,
               is_transpose: bool = False, tile_position=(), tile_size=(), mask=None, **kwargs) -> NkiTensor:
     """stationary.T @ moving into a new PSUM fp32 tile (stationary [K, M], moving [K, N])."""
     line = I.where()
     kind = MM_TRANSPOSE if is_transpose else MM
-    return _matmul("nisa.nc_matmul", stationary, moving, mask, line, is_stationary_onezero, is_moving_onezero,
+    return E.matmul("nisa.nc_matmul", stationary, moving, mask, line, is_stationary_onezero, is_moving_onezero,
                    is_transpose, kind)
 
 
@@ -216,64 +102,10 @@ def nc_transpose(data, mask=None, dtype=None, engine=unknown_engine, **kwargs) -
         dt = I.normalize_dtype(dtype) if dtype is not None else x._b.dtype
         return I.compute("nisa.nc_transpose", COPY, (VECTOR,), "transpose", [("data", x)], (F, P), dt, mask,
                          lambda a: a.T, line=line)
-    return _transpose_tensore("nisa.nc_transpose", x, line, dtype)
+    return E.transpose_tensore("nisa.nc_transpose", x, line, dtype)
 
 
 # --- ScalarE -----------------------------------------------------------------------------------------
-
-def _check_vector_operand(t: NkiTensor, P: int, what: str, api: str, err) -> None:
-    if t._shape[0] != P or T.prod(t._shape[1:]) != 1:
-        raise err(f"{what} of '{api}' must be a scalar or a vector of shape [{P}, 1] spanning the partition "
-                  f"dimension, got shape {list(t._shape)}")
-
-
-def _activation(api: str, func: str, data, bias, scale, mask, dtype, line: int) -> NkiTensor:
-    x = I.tile(data, "data", api)
-    P = x._shape[0]
-    operands = [("data", x)]
-    has_scale_tile = isinstance(scale, NkiTensor)
-    if has_scale_tile:
-        s = I.tile(scale, "scale", api)
-        if s._b.dtype != F32:
-            raise errors.ActivationScaleTypeError(
-                f"'scale' param of '{api}' must be a scalar or vector of type float32, got '{s._b.dtname}'")
-        _check_vector_operand(s, P, "'scale'", api, errors.ActivationScaleShapeError)
-        operands.append(("scale", s))
-    elif isinstance(scale, np.generic) and scale.dtype != F32 and scale.dtype.kind == "f":
-        raise errors.ActivationScaleTypeError(
-            f"'scale' param of '{api}' must be a scalar or vector of type float32, got '{scale.dtype.name}'")
-    elif not I.is_scalar(scale):
-        raise errors.ActivationScaleShapeError(
-            f"'scale' param of '{api}' must be a float32 scalar or a [P, 1] tile, got {type(scale).__name__}")
-    has_bias_tile = isinstance(bias, NkiTensor)
-    if has_bias_tile:
-        b = I.tile(bias, "bias", api)
-        if b._b.dtname not in ("float32", "float16", "bfloat16"):
-            raise errors.ActivationBiasTypeError(
-                f"'bias' param of '{api}' must be a vector of type float32, float16, or bfloat16, got "
-                f"'{b._b.dtname}'")
-        _check_vector_operand(b, P, "'bias'", api, errors.BroadcastError)
-        operands.append(("bias", b))
-    elif bias is not None and not I.is_scalar(bias):
-        raise errors.ActivationBiasTypeError(f"'bias' param of '{api}' must be a [P, 1] tile, got {type(bias).__name__}")
-    f = ops.ACTIVATION[func]
-    scale_c = None if has_scale_tile else np.float32(scale)
-    bias_c = None if (has_bias_tile or bias is None) else np.float32(bias)
-
-    def fn(d, *rest):
-        rest = list(rest)
-        sc = rest.pop(0) if has_scale_tile else scale_c
-        bi = rest.pop(0) if has_bias_tile else bias_c
-        y = d
-        if has_scale_tile or sc != 1.0:
-            y = y * sc
-        if bi is not None:
-            y = y + bi
-        return f(y)
-
-    dt = I.normalize_dtype(dtype) if dtype is not None else x._b.dtype
-    return I.compute(api, ACT, (SCALAR,), func, operands, x._shape, dt, mask, fn, line=line)
-
 
 def activation(op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=None, reduce_cmd=None, mask=None,
                dtype=None, **kwargs) -> NkiTensor:
@@ -281,7 +113,7 @@ def activation(op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=None, 
     With `reduce_res`, also add-reduces the result along the free axis into it."""
     line = I.where()
     func = ops.activation_name(op, "nisa.activation")
-    res = _activation("nisa.activation", func, data, bias, scale, mask, dtype, line)
+    res = E.activation("nisa.activation", func, data, bias, scale, mask, dtype, line)
     if reduce_res is not None:
         _reduce_into(res, reduce_op, reduce_res, line)
     return res
@@ -291,7 +123,7 @@ def activation_reduce(op, data, reduce_op, reduce_res, bias=None, scale=1.0, mas
     """activation() plus a free-axis reduction of the result into `reduce_res` (one instruction)."""
     line = I.where()
     func = ops.activation_name(op, "nisa.activation_reduce")
-    res = _activation("nisa.activation_reduce", func, data, bias, scale, mask, dtype, line)
+    res = E.activation("nisa.activation_reduce", func, data, bias, scale, mask, dtype, line)
     _reduce_into(res, reduce_op, reduce_res, line)
     return res
 
@@ -300,7 +132,7 @@ def _reduce_into(res: NkiTensor, reduce_op, reduce_res, line: int) -> None:
     m = machine()
     op = ops.reduce_name(reduce_op if reduce_op is not None else np.add, "nisa.activation")
     dst = I.tile(reduce_res, "reduce_res", "nisa.activation")
-    _check_vector_operand(dst, res._shape[0], "'reduce_res'", "nisa.activation", errors.BroadcastError)
+    E.check_vector_operand(dst, res._shape[0], "'reduce_res'", "nisa.activation", errors.BroadcastError)
     T.check_bounds(dst)
     ins = res._b.fresh.writers[-1][0]
     ins.writes = ins.writes + (T.region(dst),)
@@ -316,7 +148,7 @@ def _reduce_into(res: NkiTensor, reduce_op, reduce_res, line: int) -> None:
 def _operand(x, P: int, name: str, api: str):
     if isinstance(x, NkiTensor):
         t = I.tile(x, name, api)
-        _check_vector_operand(t, P, f"'{name}'", api, errors.ShapeMismatchError)
+        E.check_vector_operand(t, P, f"'{name}'", api, errors.ShapeMismatchError)
         return t
     if I.is_scalar(x):
         return np.float32(x)
@@ -418,7 +250,7 @@ def tensor_reduce(op, data, axis, mask=None, dtype=None, negate: bool = False, k
     if negate and name not in ops.ARITHMETIC:
         raise errors.UnsupportedOpError(
             f"negate option can only be used with arithmetic ops, unsupported op={name}")
-    return L.reduce("nisa.tensor_reduce", name, data, axis, dtype, mask, keepdims, line, negate)
+    return E.reduce("nisa.tensor_reduce", name, data, axis, dtype, mask, keepdims, line, negate)
 
 
 def tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0: bool = False, reverse1: bool = False,
@@ -525,8 +357,8 @@ def dma_copy(dst, src, mask=None, **kwargs) -> None:
     s = I.tile(src, "src", "dma_copy", (HBM, SBUF))
     if d._b.memory == HBM:
         I.immutable_check(d)
-    d2, s2 = L._as_tile_shape(d), L._as_tile_shape(s)
-    I._check_assign_shape(d2, s2._shape, "operand 'src' of 'dma_copy'")
+    d2, s2 = T.as_tile_shape(d), T.as_tile_shape(s)
+    I.check_assign_shape(d2, s2._shape, "operand 'src' of 'dma_copy'")
     shape = d2._shape
     box, wh = I.active(mask, shape)
     dv, sv = I.use(d2, box, shape, wh), I.use(s2, box, shape, wh)

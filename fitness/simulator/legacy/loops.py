@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import builtins
 
-from . import errors
-from .indexing import is_int
-from .runtime import current
+from .. import errors
+from ..core.indexing import is_int
+from ..core.runtime import current
 
 
 class LoopRange:

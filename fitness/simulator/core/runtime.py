@@ -1,19 +1,22 @@
 """The state of one kernel run: trace under construction, loop stack, scopes, write
-bookkeeping for the `affine_range` rule, and the block-release plan.
+bookkeeping for the `affine_range` rule, the block-release plan, and the front-end whose
+dialect the kernel is written in.
 
 Exactly one `Machine` is active while a kernel runs (kernels run eagerly, one at a time
-per process); the `nl`/`nisa` calls find it with `machine()`.
+per process); the front-end's API calls find it with `machine()`. What the core cannot
+decide alone (what `tile + tile` or `t[key] = value` means in kernel code) it asks the
+`FrontEnd` of the running machine, so that the core never imports a front-end.
 """
 
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import errors
-from .trace import Instr, Loop, TensorInfo, Trace
+from .. import errors
+from ..trace import Instr, Loop, TensorInfo, Trace
 
 Path = tuple[tuple[int, int], ...]
 
@@ -70,6 +73,23 @@ class LoopIndex(int):
     _loop: LoopFrame
 
 
+@dataclass(frozen=True)
+class FrontEnd:
+    """What a dialect's front-end supplies to the core: the meaning of Python syntax on kernel
+    tensors, and how kernels of the dialect are launched. Handlers take the tensor first."""
+
+    name: str
+    getitem: Callable[[Any, Any], Any]                 # tensor[key]
+    setitem: Callable[[Any, Any, Any], None]           # tensor[key] = value
+    augmented: Callable[[Any, Any, str], Any]          # tensor op= value (op: ALU name)
+    operator: Callable[[Any, Any, str, bool], Any]     # tensor op other / other op tensor (reverse)
+    broadcast_to: Callable[[Any, Any], Any]            # tensor.broadcast_to(shape)
+    install: Callable[[], None]                        # make the dialect's modules importable
+    unwrap: Callable[[Any], Any]                       # a decorated kernel -> its function
+    is_mutable: Callable[[Any], bool]                  # parameter annotation -> the input is writable
+    kernel_globals: dict[str, Any] = field(default_factory=dict)   # names kernels see instead of builtins
+
+
 @dataclass
 class ReleasePlan:
     """Blocks to drop after their last use: `at[i]` lists (tensor id, block key) whose last
@@ -86,7 +106,15 @@ class NeedsReleasePlan(BaseException):
 class Machine:
     """Everything one kernel execution accumulates."""
 
-    def __init__(self, *, shape_only: bool, kernel_file: str = "", plan: ReleasePlan | None = None):
+    def __init__(self, *, frontend: FrontEnd, shape_only: bool, kernel_file: str = "",
+                 plan: ReleasePlan | None = None):
+        self.frontend = frontend
+        # the front-end's handlers of tensor syntax, as attributes (looked up on every use)
+        self.getitem = frontend.getitem
+        self.setitem = frontend.setitem
+        self.augmented = frontend.augmented
+        self.operator = frontend.operator
+        self.broadcast_to = frontend.broadcast_to
         self.shape_only = shape_only
         self.trace = Trace(kernel_file=kernel_file)
         self.instrs = self.trace.instrs
@@ -104,7 +132,7 @@ class Machine:
         self.identity = None             # SBUF identity tile for nl.matmul transposes
         self.outputs: list[Any] = []
         self.params: list[Any] = []
-        # tensor.Fresh of the instruction results that need a tensor record (all but those
+        # core.tensor.Fresh of the instruction results that need a tensor record (all but those
         # assigned straight into a destination), by tensor id
         self.fresh: dict[int, Any] = {}
         self.declared_bytes = 0          # logical bytes of tensors declared at kernel level

@@ -1,5 +1,5 @@
-"""The instruction layer shared by `nl` and `nisa`: operand checks, masks, fresh results,
-assignment into destinations, and the trace records.
+"""The instruction layer that every front-end's API lowers to: operand checks, masks, fresh
+results, assignment into destinations, accumulation, DMA descriptors and the trace records.
 
 An instruction computes eagerly into a fresh anonymous tile (SBUF, or PSUM for TensorE).
 If the first thing the kernel does with that result is `dst[...] = result`, the record is
@@ -15,13 +15,14 @@ from typing import Any
 
 import numpy as np
 
-from . import errors
+from .. import errors
+from . import ops
 from . import subscript as S
 from . import tensor as T
 from .indexing import Box, broadcast_shapes, check_mask, mask_array, mask_box
 from .runtime import Machine, machine
-from .tensor import Fresh, NkiTensor
-from .trace import (
+from .tensor import Fresh, NkiTensor, touch
+from ..trace import (
     COPY,
     DMA_LOAD,
     GPSIMD_ENGINE,
@@ -59,16 +60,6 @@ def where() -> int:
 
 
 # --- operands ------------------------------------------------------------------------------------
-
-def touch(f: Fresh) -> None:
-    """A fresh result is used as a value: it stays (or becomes again) a tile of its own; an
-    instruction already redirected to a destination then writes both."""
-    if f.state == Fresh.RETARGETED:
-        for ins, _, _, reg in f.writers:
-            ins.writes = ins.writes + (reg,)
-        machine().fresh[f.meta[0]] = f   # it needs its tensor record again
-    f.state = Fresh.USED
-
 
 def tile(x, name: str, api: str, memories: Sequence[str] = ONCHIP) -> NkiTensor:
     """Check that `x` is a tile in one of `memories`, in scope; mark a fresh result as used."""
@@ -117,11 +108,11 @@ def use(x: NkiTensor, box: Box | None, tile_shape: tuple[int, ...], where_: np.n
     """`x` restricted to the active part of an instruction, bounds-checked."""
     v = x if box is None else T.restrict(x, box, tile_shape)
     if v._checks:
-        T.check_bounds(v, None if where_ is None else _align(where_, v._shape))
+        T.check_bounds(v, None if where_ is None else align(where_, v._shape))
     return v
 
 
-def _align(where_: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+def align(where_: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     """A tile-shaped mask array reduced to an operand's (broadcast) shape: any true along
     broadcast axes."""
     if where_.shape == shape:
@@ -299,8 +290,8 @@ def store_result(rv: NkiTensor, value, where_) -> None:
 # --- assignment ------------------------------------------------------------------------------------
 
 def setitem(t: NkiTensor, key, value) -> None:
-    """`t[key] = value`: retarget a fresh result, finish an accumulation, apply a pending
-    loop_reduce, copy a tile, or fill with a scalar."""
+    """`t[key] = value`: retarget a fresh result, finish an accumulation, compute a deferred
+    value (`Deferred`) into the destination, copy a tile, or fill with a scalar."""
     if type(value) is NkiTensor:
         if value._acc is not None:
             value._acc = None
@@ -311,7 +302,7 @@ def setitem(t: NkiTensor, key, value) -> None:
                     and dst._shape == value._shape and dst._st == value._st):
                 return
         dst = S.subscript(t, key)
-        _check_dst(dst, "assignment")
+        check_dst(dst, "assignment")
         f = value._b.fresh
         if f is not None and f.state == Fresh.NEW and value._whole:
             retarget(machine(), dst, value, f)
@@ -320,13 +311,13 @@ def setitem(t: NkiTensor, key, value) -> None:
         return
     line = where()
     dst = S.subscript(t, key)
-    if isinstance(value, PendingLoopReduce):
+    if isinstance(value, Deferred):
         value.apply(dst, line)
         return
     assign(dst, value, line)
 
 
-def _check_dst(dst: NkiTensor, api: str) -> None:
+def check_dst(dst: NkiTensor, api: str) -> None:
     b = dst._b
     if dst._whole and len(dst._key) < b.nb:
         raise errors.TileInferenceError(
@@ -340,7 +331,7 @@ def _check_dst(dst: NkiTensor, api: str) -> None:
         touch(b.fresh)
 
 
-def _check_assign_shape(dst: NkiTensor, src_shape: tuple[int, ...], src_label: str) -> None:
+def check_assign_shape(dst: NkiTensor, src_shape: tuple[int, ...], src_label: str) -> None:
     s = broadcast_shapes(dst._shape, src_shape)
     if s != dst._shape:
         raise errors.AssignShapeError(
@@ -355,7 +346,7 @@ def _check_assign_shape(dst: NkiTensor, src_shape: tuple[int, ...], src_label: s
 
 def assign(dst: NkiTensor, value, line: int) -> None:
     m = machine()
-    _check_dst(dst, "assignment")
+    check_dst(dst, "assignment")
     if isinstance(value, NkiTensor):
         f = value._b.fresh
         if f is not None and f.state == Fresh.NEW and value._whole:
@@ -401,7 +392,7 @@ def retarget(m: Machine, dst: NkiTensor, src: NkiTensor, f: Fresh) -> None:
     same = dshape == src._shape
     box, wh = f.box, f.where
     if not same:
-        _check_assign_shape(dst, src._shape, f"the result of {f.writers[-1][0].op}")
+        check_assign_shape(dst, src._shape, f"the result of {f.writers[-1][0].op}")
         if box is not None:
             box = _broadcast_box(box, src._shape, dshape)
         if wh is not None:
@@ -459,7 +450,7 @@ def copy_into(m: Machine, dst: NkiTensor, value: NkiTensor, line: int, api: str 
         raise errors.UnsupportedMemoryError(
             "Expected the destination of a tile assignment to be in address space 'psum|sbuf', but got a tile in "
             "'hbm' instead; write HBM with nl.store")
-    _check_assign_shape(dst, src._shape, f"tile '{src._b.label}'")
+    check_assign_shape(dst, src._shape, f"tile '{src._b.label}'")
     T.check_bounds(src)
     T.check_bounds(dst)
     m.note_write(dst._b, T.region(dst).box, view=dst)
@@ -493,7 +484,7 @@ def augmented(dst: NkiTensor, value, op: str) -> NkiTensor:
     """`dst += value` (and -=, *=, /=): PSUM matmul accumulation, or a read-modify-write
     instruction. Accumulations are exempt from the affine_range write rule."""
     m = machine()
-    _check_dst(dst, "augmented assignment")
+    check_dst(dst, "augmented assignment")
     if isinstance(value, NkiTensor):
         f = value._b.fresh
         if (f is not None and f.state == Fresh.NEW and value._whole and (f.kind == MM or f.kind == MM_TRANSPOSE)
@@ -509,13 +500,12 @@ def augmented(dst: NkiTensor, value, op: str) -> NkiTensor:
     line = where()
     if isinstance(value, NkiTensor):
         src = tile(value, "value", "+=")
-        _check_assign_shape(dst, src._shape, "the right-hand side of +=")
+        check_assign_shape(dst, src._shape, "the right-hand side of +=")
         srcv = src
     elif is_scalar(value):
         srcv = value
     else:
         raise errors.OperandTypeError(f"cannot apply {op} with a value of type {type(value).__name__}")
-    from . import ops
     fn = ops.ALU[op]
     if not m.shape_only:
         a = fp32(dst)
@@ -585,52 +575,16 @@ def _accumulating(mm: MatmulInfo) -> MatmulInfo:
     return hit[1]
 
 
-# --- loop_reduce ---------------------------------------------------------------------------------------
+# --- deferred values -------------------------------------------------------------------------------------
 
-class PendingLoopReduce:
-    """The value of `nl.loop_reduce(...)`: it reduces into the destination it is assigned to."""
+class Deferred:
+    """A value that is computed into the destination it is assigned to (`dst[...] = value`),
+    such as a reduction across loop iterations; front-ends subclass it."""
 
     __array_ufunc__ = None
 
-    def __init__(self, x: NkiTensor, op: str, loops: tuple, dtype, mask, line: int):
-        self.x, self.op, self.loops, self.dtype, self.mask, self.line = x, op, loops, dtype, mask, line
-
     def apply(self, dst: NkiTensor, line: int) -> None:
-        m = machine()
-        _check_dst(dst, "nl.loop_reduce")
-        if dst._b.memory == HBM:
-            raise errors.UnsupportedMemoryError("the destination of nl.loop_reduce must be in SBUF or PSUM")
-        x = self.x
-        shape = dst._shape
-        _check_assign_shape(dst, x._shape, "nl.loop_reduce's input")
-        box, wh = (None, None) if self.mask is None else active(self.mask, shape)
-        dv = dst if box is None and not dst._checks else use(dst, box, shape, wh)
-        xv = x if box is None and not x._checks else use(x, box, shape, wh)
-        first = True
-        exempt = set()
-        for li in self.loops:
-            loop = li._loop
-            first = first and li == loop.start
-            exempt.add(loop.uid)
-        dreg = T.region(dv)
-        m.note_write(dst._b, dreg.box, exempt, view=dst)
-        if not m.shape_only and 0 not in dv._shape:
-            from . import ops
-            xa = fp32(xv)
-            out = xa if first else ops.ALU[self.op](fp32(dv), xa)
-            T.write(dv, out, wh)
-        db, xb = dst._b, x._b
-        psum = (db.memory == PSUM) + (xb.memory == PSUM)
-        s = dv._shape
-        m.emit(TT, "nl.loop_reduce", (VECTOR,), db.dtname, (db.dtname, xb.dtname), s[0], T.prod(s[1:]),
-               (dreg, T.region(xv)), (dreg,), line, self.op, None, None, psum,
-               T.minor_stride_bytes(xv) > 16 or T.minor_stride_bytes(dv) > 16)
-
-    def _misuse(self, *a, **k):
-        raise errors.OperandTypeError(
-            f"the result of nl.loop_reduce (line {self.line}) must be assigned to a tensor: dst[...] = nl.loop_reduce(...)")
-
-    __add__ = __radd__ = __mul__ = __rmul__ = __sub__ = __getitem__ = __bool__ = _misuse
+        raise NotImplementedError
 
 
 # --- DMA ------------------------------------------------------------------------------------------------
@@ -666,7 +620,3 @@ def immutable_check(dst: NkiTensor) -> None:
     if b.kind == "constant":
         raise errors.ImmutableParameterError(f"Cannot update constant tensor '{b.label}' (nl.shared_constant)")
 
-
-# `t[key] = value` calls `setitem` directly (NkiTensor's own method reaches it through a
-# late import: one call more on every assignment)
-NkiTensor.__setitem__ = setitem

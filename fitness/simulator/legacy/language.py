@@ -1,6 +1,7 @@
 """`neuronxcc.nki.language` (nl): tensor creation, data movement, element-wise math,
-reductions, matmul, broadcasting and loop reductions, lowered to trace instructions the
-way the NKI compiler does (nki-semantics.md §6, trainium-perf-model.md §7.3).
+reductions, matmul, broadcasting and loop reductions, lowered to the core's instructions
+the way the legacy NKI compiler does (nki-semantics.md §6, trainium-perf-model.md §7.3).
+What Python operators on tiles mean in this dialect (`operator`) lives here too.
 """
 
 from __future__ import annotations
@@ -10,16 +11,19 @@ import itertools
 
 import numpy as np
 
-from . import errors, ops
-from . import instr as I
-from . import subscript as S
-from . import tensor as T
-from .coverage import Coverage
-from .indexing import arange, broadcast_shapes, ds, is_int, mgrid  # noqa: F401 (re-exported as nl.*)
+from .. import errors
+from ..core import engines as E
+from ..core import instr as I
+from ..core import ops
+from ..core import subscript as S
+from ..core import tensor as T
+from ..core.coverage import Coverage
+from ..core.indexing import arange, broadcast_shapes, ds, is_int, mgrid  # noqa: F401 (re-exported as nl.*)
+from ..core.runtime import LoopIndex, machine
+from ..core.tensor import NkiTensor
+from .isa import engine_letters
 from .loops import affine_range, sequential_range, static_range  # noqa: F401 (re-exported as nl.*)
-from .runtime import LoopIndex, machine
-from .tensor import NkiTensor
-from .trace import (
+from ..trace import (
     ACT,
     COPY,
     DMA,
@@ -31,7 +35,6 @@ from .trace import (
     MM_BCAST,
     PSUM,
     RECIP,
-    RED,
     SBUF,
     SCALAR,
     TENSOR,
@@ -186,14 +189,7 @@ def full_like(a, fill_value, dtype=None, buffer=None, name: str = "", **kwargs) 
 
 def shared_constant(constant, dtype=None, **kwargs) -> NkiTensor:
     """An HBM tensor holding `constant` (embedded in the kernel binary)."""
-    m = machine()
-    line = I.where()
-    arr = np.asarray(constant)
-    dt = I.normalize_dtype(dtype if dtype is not None else (arr.dtype if arr.dtype != np.float64 else np.float32))
-    buf = T.new_buffer(HBM, tuple(arr.shape), dt, 0, kind="constant", line=line)
-    if not m.shape_only:
-        buf.blocks[()] = np.ascontiguousarray(arr, dtype=dt)
-    return T.whole(buf)
+    return E.constant(constant, dtype, I.where())
 
 
 def shared_identity_matrix(n: int, dtype=np.float32, **kwargs) -> NkiTensor:
@@ -202,36 +198,9 @@ def shared_identity_matrix(n: int, dtype=np.float32, **kwargs) -> NkiTensor:
 
 # --- data movement -----------------------------------------------------------------------------------
 
-def _as_tile_shape(v: NkiTensor) -> NkiTensor:
-    """An HBM view of rank < 2 seen as a (P, 1) / (1, 1) tile."""
-    if len(v._shape) >= 2:
-        return v
-    extra = 2 - len(v._shape)
-    if v._gat is not None:
-        g = tuple(x.reshape(x.shape + (1,) * extra) for x in v._gat)
-        return T._general_view(v, g, v._shape + (1,) * extra)
-    a = tuple(row + (0,) * extra for row in v._a)
-    checks = tuple((c, coef + (0,) * extra, ext, d) for c, coef, ext, d in v._checks)
-    return T._make(v._b, v._key, v._dims, v._dstr, v._base, v._c, a, v._shape + (1,) * extra, checks, None, v._alias)
-
-
 def load(src, mask=None, dtype=None, **kwargs) -> NkiTensor:
     """HBM -> a new SBUF tile (DMA)."""
-    m = machine()
-    line = I.where()
-    src = _as_tile_shape(I.tile(src, "src", "load", (HBM,)))
-    shape = src._shape
-    dt = I.normalize_dtype(dtype) if dtype is not None else src._b.dtype
-    box, wh = I.active(mask, shape)
-    sv = I.use(src, box, shape, wh)
-    res = I.new_result(shape, dt, SBUF, DMA_LOAD, line)
-    rv = res if box is None else T.restrict(res, box, shape)
-    if not m.shape_only and 0 not in rv._shape:
-        T.write(rv, T.array(sv), wh)
-    n = T.count(rv) if wh is None else int(wh.sum())
-    dma = I.dma_info(sv, n * src._b.itemsize, rv._shape[0])
-    I.record(m, DMA_LOAD, "nl.load", (DMA,), res, rv, box, wh, [sv], line, dma=dma)
-    return res
+    return E.load("nl.load", src, mask, dtype, I.where())
 
 
 def load_transpose2d(src, mask=None, dtype=None, **kwargs) -> NkiTensor:
@@ -261,7 +230,7 @@ def store(dst, value, mask=None, **kwargs) -> None:
     """SBUF tile (or scalar) -> HBM (DMA)."""
     m = machine()
     line = I.where()
-    dst = _as_tile_shape(I.tile(dst, "dst", "store", (HBM,)))
+    dst = T.as_tile_shape(I.tile(dst, "dst", "store", (HBM,)))
     I.immutable_check(dst)
     if isinstance(value, NkiTensor):
         if value._b.memory == PSUM:
@@ -272,7 +241,7 @@ def store(dst, value, mask=None, **kwargs) -> None:
         vshape = value._shape
         if dst._shape != vshape:
             dst = S.squeeze_to(dst, vshape)    # e.g. out[i] of shape (1, P, F) for a (P, F) tile
-            I._check_assign_shape(dst, vshape, f"the stored tile '{value._b.label}'")
+            I.check_assign_shape(dst, vshape, f"the stored tile '{value._b.label}'")
     elif not I.is_scalar(value):
         raise errors.OperandTypeError(f"operand 'value' of 'store' must be an SBUF tile or a scalar, got "
                                       f"{type(value).__name__}")
@@ -298,11 +267,7 @@ def store(dst, value, mask=None, **kwargs) -> None:
 
 def copy(src, mask=None, dtype=None, **kwargs) -> NkiTensor:
     """A copy of a tile into a new SBUF tile (Vector or Scalar engine)."""
-    line = I.where()
-    src = I.tile(src, "src", "copy")
-    dt = I.normalize_dtype(dtype) if dtype is not None else src._b.dtype
-    return I.compute("nl.copy", COPY, (VECTOR, SCALAR), "copy", [("src", src)], src._shape, dt, mask,
-                     lambda a: a, line=line)
+    return E.copy("nl.copy", src, mask, dtype, I.where())
 
 
 def static_cast(src, dtype, mask=None, **kwargs) -> NkiTensor:
@@ -368,12 +333,12 @@ def _elementwise_binary(api: str, op: str, x, y, dtype, mask, line: int, *, oper
 
 
 def _engines(engine, default: tuple[str, ...]) -> tuple[str, ...]:
-    from .isa import engine_letters
     return engine_letters(engine) or default
 
 
 def operator(t: NkiTensor, other, op: str, reverse: bool) -> NkiTensor:
-    """Python operators on tiles (`a + b`, `t / 2`), which behave like the nl calls."""
+    """Python operators on tiles (`a + b`, `t / 2`), which behave like the nl calls (the
+    legacy front-end's `operator` handler)."""
     line = I.where()
     x, y = (other, t) if reverse else (t, other)
     return _elementwise_binary(f"operator {op}", op, x, y, None, None, line, operator=True)
@@ -465,81 +430,9 @@ negative.nki_act = "negative"
 
 # --- reductions -------------------------------------------------------------------------------------------
 
-def _axes(axis, ndim: int, api: str) -> tuple[int, ...]:
-    if axis is None:
-        axes = tuple(range(1, ndim))
-    elif is_int(axis):
-        axes = (int(axis),)
-    else:
-        axes = tuple(int(a) for a in axis)
-    axes = tuple(a + ndim if a < 0 else a for a in axes)
-    for a in axes:
-        if a == 0:
-            raise errors.ReduceAxisError(
-                f"'{api}' cannot reduce along the partition dimension (axis 0); transpose the tile (nc_transpose / "
-                f"nl.transpose) or use a matmul with a ones vector")
-        if not 0 < a < ndim:
-            raise errors.IndexNotSupportedError(f"axis {a} out of range for a tile of rank {ndim} in '{api}'")
-    return tuple(sorted(set(axes)))
-
-
-_REDUCED: dict[tuple, tuple] = {}
-
-
-def _reduced(shape: tuple[int, ...], axis, keepdims: bool, api: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(reduced axes, result shape) of a free-axis reduction of a `shape` tile (cached:
-    kernels repeat the same reductions)."""
-    akey = axis if axis is None or is_int(axis) else tuple(axis)
-    key = (shape, akey, bool(keepdims))
-    hit = _REDUCED.get(key)
-    if hit is None:
-        axes = _axes(axis, len(shape), api)
-        if keepdims:
-            out_shape = tuple(1 if k in axes else n for k, n in enumerate(shape))
-        else:
-            out_shape = tuple(n for k, n in enumerate(shape) if k not in axes)
-            if len(out_shape) < 2:
-                out_shape = out_shape + (1,) * (2 - len(out_shape))
-        hit = _REDUCED[key] = (axes, out_shape)
-    return hit
-
-
-def reduce(api: str, op: str, x, axis, dtype, mask, keepdims: bool, line: int, negate: bool = False,
-           kind: str = RED) -> NkiTensor:
-    """Free-axis reduction (VectorE). The result keeps at least two dimensions."""
-    m = machine()
-    x = I.tile(x, "data", api)
-    shape = x._shape
-    axes, out_shape = _reduced(shape, axis, keepdims, api)
-    dt = I.normalize_dtype(dtype) if dtype is not None else x._b.dtype
-    box, wh = (None, None) if mask is None else I.active(mask, shape)
-    xv = x if box is None and not x._checks else I.use(x, box, shape, wh)
-    res = I.new_result(out_shape, dt, SBUF, kind, line)
-    obox = None
-    if box is not None:
-        kept = [box[k] for k in range(len(shape)) if k not in axes] if not keepdims else \
-            [(0, 1) if k in axes else box[k] for k in range(len(shape))]
-        kept = kept + [(0, 1)] * (len(out_shape) - len(kept))
-        obox = tuple(kept)
-    rv = res if obox is None else T.restrict(res, obox, out_shape)
-    if not m.shape_only and 0 not in rv._shape:
-        a = I.fp32(xv)
-        if wh is not None:
-            a = np.where(I._align(wh, xv._shape), a, np.float32(ops.REDUCE_IDENTITY.get(op, 0.0)))
-        r = ops.REDUCE[op](a, axis=axes, keepdims=True) if a.size else a
-        r = r.reshape(rv._shape)
-        if negate:
-            r = -r
-        T.write(rv, r)
-    free = T.prod(xv._shape[1:])
-    I.record(m, kind, api, (VECTOR,), res, rv, obox, None, [xv], line, op + (",negate" if negate else ""),
-             partitions=xv._shape[0], free=free)
-    return res
-
-
 def _make_reduce(name: str, op: str):
     def fn(x, axis, dtype=None, mask=None, keepdims=False, **kwargs):
-        return reduce(f"nl.{name}", op, x, axis, dtype, mask, keepdims, I.where())
+        return E.reduce(f"nl.{name}", op, x, axis, dtype, mask, keepdims, I.where())
     fn.__name__ = name
     fn.__qualname__ = name
     fn.__doc__ = f"Reduce with {op} along free axes (VectorE)."
@@ -558,8 +451,8 @@ any = _make_reduce("any", "logical_or")
 def mean(x, axis, dtype=None, mask=None, keepdims=False, **kwargs) -> NkiTensor:
     """Average along free axes: a sum reduction then a multiply by 1/n."""
     line = I.where()
-    s = reduce("nl.mean", "add", x, axis, dtype, mask, keepdims, line)
-    axes = _axes(axis, len(x.shape), "nl.mean")
+    s = E.reduce("nl.mean", "add", x, axis, dtype, mask, keepdims, line)
+    axes = E.free_axes(axis, len(x.shape), "nl.mean")
     n = T.prod(x.shape[a] for a in axes)
     inv = np.float32(1.0 / n)
     return I.compute("nl.mean", TS, (VECTOR, SCALAR), "multiply", [("data", s)], s._shape, s._b.dtype, None,
@@ -571,17 +464,16 @@ mean.nki_alu = None
 
 def softmax(x, axis=-1, dtype=None, mask=None, **kwargs) -> NkiTensor:
     """exp(x - max) / sum(exp(x - max)) along the last free axis (several instructions)."""
-    from . import isa
     line = I.where()
     x = I.tile(x, "x", "nl.softmax")
-    ax = _axes(axis, len(x._shape), "nl.softmax")
+    ax = E.free_axes(axis, len(x._shape), "nl.softmax")
     if ax != (len(x._shape) - 1,) or len(x._shape) != 2:
         raise errors.IndexNotSupportedError("nl.softmax supports 2-D tiles along the last axis (axis=1)")
-    mx = reduce("nl.softmax", "maximum", x, 1, F32, mask, False, line)
+    mx = E.reduce("nl.softmax", "maximum", x, 1, F32, mask, False, line)
     neg = I.compute("nl.softmax", TS, (VECTOR, SCALAR), "multiply", [("data", mx)], mx._shape, F32, None,
                     lambda a: -a, line=line)
-    e = isa._activation("nl.softmax", "exp", x, neg, 1.0, mask, F32, line)
-    s = reduce("nl.softmax", "add", e, 1, F32, mask, False, line)
+    e = E.activation("nl.softmax", "exp", x, neg, 1.0, mask, F32, line)
+    s = E.reduce("nl.softmax", "add", e, 1, F32, mask, False, line)
     r = I.compute("nl.softmax", RECIP, (VECTOR,), "reciprocal", [("data", s)], s._shape, F32, None,
                   lambda a: np.float32(1.0) / a, line=line)
     dt = I.normalize_dtype(dtype) if dtype is not None else x._b.dtype
@@ -594,7 +486,6 @@ def softmax(x, axis=-1, dtype=None, mask=None, **kwargs) -> NkiTensor:
 def matmul(x, y, transpose_x: bool = False, mask=None, **kwargs) -> NkiTensor:
     """x @ y into a new PSUM tile. Without `transpose_x` the compiler first transposes x on
     TensorE (matmul with an identity) and copies it to SBUF."""
-    from . import isa
     line = I.where()
     x = I.tile(x, "x", "matmul")
     y = I.tile(y, "y", "matmul")
@@ -617,21 +508,20 @@ def matmul(x, y, transpose_x: bool = False, mask=None, **kwargs) -> NkiTensor:
         if Kx > 128:
             raise errors.DimensionLimitError(
                 f"size of dimension 1 in 'x{list(x._shape)}' of 'matmul' exceed architecture limitation of 128")
-        xt = isa._transpose_tensore("nl.matmul", x, line)
+        xt = E.transpose_tensore("nl.matmul", x, line)
         stationary = I.compute("nl.matmul", COPY, (VECTOR, SCALAR), "copy", [("src", xt)], xt._shape, F32, None,
                                lambda a: a, line=line)
-    return isa._matmul("nl.matmul", stationary, y, mask, line)
+    return E.matmul("nl.matmul", stationary, y, mask, line)
 
 
 def transpose(x, dtype=None, mask=None, **kwargs) -> NkiTensor:
     """Swap partition and free axes of a 2-D tile (TensorE, via the identity matrix)."""
-    from . import isa
     line = I.where()
     x = I.tile(x, "x", "transpose")
     if len(x._shape) != 2:
         raise errors.MaxDimensionError(
             f"parameter 'x{list(x._shape)}' of 'transpose' exceed max supported number of dimensions of 2")
-    return isa._transpose_tensore("nl.transpose", x, line, dtype)
+    return E.transpose_tensore("nl.transpose", x, line, dtype)
 
 
 def broadcast_to(src, shape, _line: int | None = None, **kwargs) -> NkiTensor:
@@ -708,7 +598,50 @@ def loop_reduce(x, op, loop_indices, dtype=None, mask=None, **kwargs):
             raise errors.OperandTypeError(
                 f"loop_indices of nl.loop_reduce must be loop variables of nl.affine_range/sequential_range loops, "
                 f"got {li!r}")
-    return I.PendingLoopReduce(x, name, loops, dtype, mask, line)
+    return PendingLoopReduce(x, name, loops, dtype, mask, line)
+
+
+class PendingLoopReduce(I.Deferred):
+    """The value of `nl.loop_reduce(...)`: it reduces into the destination it is assigned to."""
+
+    def __init__(self, x: NkiTensor, op: str, loops: tuple, dtype, mask, line: int):
+        self.x, self.op, self.loops, self.dtype, self.mask, self.line = x, op, loops, dtype, mask, line
+
+    def apply(self, dst: NkiTensor, line: int) -> None:
+        m = machine()
+        I.check_dst(dst, "nl.loop_reduce")
+        if dst._b.memory == HBM:
+            raise errors.UnsupportedMemoryError("the destination of nl.loop_reduce must be in SBUF or PSUM")
+        x = self.x
+        shape = dst._shape
+        I.check_assign_shape(dst, x._shape, "nl.loop_reduce's input")
+        box, wh = (None, None) if self.mask is None else I.active(self.mask, shape)
+        dv = dst if box is None and not dst._checks else I.use(dst, box, shape, wh)
+        xv = x if box is None and not x._checks else I.use(x, box, shape, wh)
+        first = True
+        exempt = set()
+        for li in self.loops:
+            loop = li._loop
+            first = first and li == loop.start
+            exempt.add(loop.uid)
+        dreg = T.region(dv)
+        m.note_write(dst._b, dreg.box, exempt, view=dst)
+        if not m.shape_only and 0 not in dv._shape:
+            xa = I.fp32(xv)
+            out = xa if first else ops.ALU[self.op](I.fp32(dv), xa)
+            T.write(dv, out, wh)
+        db, xb = dst._b, x._b
+        psum = (db.memory == PSUM) + (xb.memory == PSUM)
+        s = dv._shape
+        m.emit(TT, "nl.loop_reduce", (VECTOR,), db.dtname, (db.dtname, xb.dtname), s[0], T.prod(s[1:]),
+               (dreg, T.region(xv)), (dreg,), line, self.op, None, None, psum,
+               T.minor_stride_bytes(xv) > 16 or T.minor_stride_bytes(dv) > 16)
+
+    def _misuse(self, *a, **k):
+        raise errors.OperandTypeError(
+            f"the result of nl.loop_reduce (line {self.line}) must be assigned to a tensor: dst[...] = nl.loop_reduce(...)")
+
+    __add__ = __radd__ = __mul__ = __rmul__ = __sub__ = __getitem__ = __bool__ = _misuse
 
 
 def program_id(axis: int = 0) -> int:

@@ -9,8 +9,12 @@ ever hold at once. Uninitialised storage holds a sentinel (NaN for floats).
 An `NkiTensor` is what kernel code sees: a buffer, a block, and an affine map from tile
 positions to the block's dimensions (`const + coef @ position` per dimension), i.e. an
 access pattern (offset + stride per tile axis) that reads and writes through zero-copy
-NumPy views. Subscripts follow NKI's rules (see `subscript`). Views are opaque to host
-code: NumPy conversion and arithmetic on them raise `OpaqueTensorError`.
+NumPy views. Views are opaque to host code: NumPy conversion and arithmetic on them raise
+`OpaqueTensorError`.
+
+Python syntax on a view (`t[key]`, `t[key] = v`, `t += v`, `a + b`) means what the kernel's
+dialect says it means: the methods hand it to the running machine's front-end handlers
+(`runtime.FrontEnd`), which build on `subscript` and `instr` of this package.
 """
 
 from __future__ import annotations
@@ -19,9 +23,10 @@ import weakref
 
 import numpy as np
 
-from . import errors
+from .. import errors
+from .ops import ufunc_operator
 from .runtime import Machine, machine
-from .trace import HBM, PSUM, SBUF, Region, TensorInfo
+from ..trace import HBM, PSUM, SBUF, Region, TensorInfo
 
 PMAX = 128                      # partitions
 SBUF_PARTITION_BYTES = 192 * 1024
@@ -162,16 +167,14 @@ class Buffer:
         return b
 
 
-_INSTR = None
-
-
-def _instr():
-    """The instruction layer (imported late: it imports this module)."""
-    global _INSTR
-    if _INSTR is None:
-        from . import instr
-        _INSTR = instr
-    return _INSTR
+def touch(f: Fresh) -> None:
+    """A fresh result is used as a value: it stays (or becomes again) a tile of its own; an
+    instruction already redirected to a destination then writes both."""
+    if f.state == Fresh.RETARGETED:
+        for ins, _, _, reg in f.writers:
+            ins.writes = ins.writes + (reg,)
+        machine().fresh[f.meta[0]] = f   # it needs its tensor record again
+    f.state = Fresh.USED
 
 
 class NkiTensor:
@@ -209,24 +212,28 @@ class NkiTensor:
     def __repr__(self) -> str:
         return f"NkiTensor({self._b.memory}, {self._b.dtype.name}{list(self._shape)}, '{self._b.label}')"
 
+    # Python syntax: the front-end of the running kernel's dialect decides what it means
+
+    def __getitem__(self, key) -> NkiTensor:
+        return machine().getitem(self, key)
+
     def __setitem__(self, key, value) -> None:
-        _instr().setitem(self, key, value)
+        machine().setitem(self, key, value)
 
     def __iadd__(self, other):
-        return _instr().augmented(self, other, "add")
+        return machine().augmented(self, other, "add")
 
     def __isub__(self, other):
-        return _instr().augmented(self, other, "subtract")
+        return machine().augmented(self, other, "subtract")
 
     def __imul__(self, other):
-        return _instr().augmented(self, other, "multiply")
+        return machine().augmented(self, other, "multiply")
 
     def __itruediv__(self, other):
-        return _instr().augmented(self, other, "divide")
+        return machine().augmented(self, other, "divide")
 
     def _binary(self, other, op: str, reverse: bool = False):
-        from . import language
-        return language.operator(self, other, op, reverse)
+        return machine().operator(self, other, op, reverse)
 
     def __add__(self, o):
         return self._binary(o, "add")
@@ -291,8 +298,7 @@ class NkiTensor:
     __hash__ = object.__hash__
 
     def broadcast_to(self, shape) -> NkiTensor:
-        from . import language
-        return language.broadcast_to(self, shape)
+        return machine().broadcast_to(self, shape)
 
     def reshape(self, shape) -> NkiTensor:
         return reshape(self, tuple(int(n) for n in (shape if isinstance(shape, (tuple, list)) else (shape,))))
@@ -313,7 +319,6 @@ class NkiTensor:
             f"nl.* / nisa.* calls and move data with nl.load / nl.store")
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        from .ops import ufunc_operator
         name = ufunc_operator(ufunc)
         if method == "__call__" and not kwargs and name and len(inputs) == 2:
             a, b = inputs
@@ -337,7 +342,7 @@ class NkiTensor:
     __index__ = __float__
 
     # (no __getattr__ hook for a friendlier message on unknown attributes: it would slow every
-    # attribute access of the emulator; the runner rewords the AttributeError instead)
+    # attribute access of the emulator; core.launch rewords the AttributeError instead)
 
 
 def unknown_attribute(e: AttributeError) -> AttributeError | None:
@@ -531,8 +536,6 @@ def _check_tile_limits(memory: str, local: tuple[int, ...], dtype: np.dtype, nam
             f"{SBUF_USABLE_BYTES} usable bytes of an SBUF partition ({SBUF_PARTITION_BYTES} minus the compiler's reserve)")
 
 
-# --- subscripts ----------------------------------------------------------------------------------
-
 # --- views built without subscripts -------------------------------------------------------------
 
 def _index_arrays(v: NkiTensor) -> list[np.ndarray]:
@@ -605,6 +608,41 @@ def restrict(v: NkiTensor, box, tile_shape: tuple[int, ...]) -> NkiTensor:
             checks.append((c, coef, ext, dim))
     return _make(v._b, v._key, v._dims, v._dstr, v._base, tuple(new_c), v._a, tuple(sizes),
                  tuple(checks), None, v._alias)
+
+
+def reshape(v: NkiTensor, shape: tuple[int, ...]) -> NkiTensor:
+    """A row-major reshape of a contiguous HBM view (NKI allows reshape on HBM tensors only)."""
+    b = v._b
+    if b.memory != HBM:
+        raise errors.UnsupportedMemoryError(
+            f"reshape is supported on HBM tensors only; '{b.label}' is in {b.memory}")
+    if -1 in shape:
+        known = prod(n for n in shape if n != -1)
+        shape = tuple(prod(v._shape) // known if n == -1 else n for n in shape)
+    if prod(shape) != prod(v._shape):
+        raise errors.ShapeMismatchError(
+            f"cannot reshape tensor '{b.label}' of shape {list(v._shape)} ({prod(v._shape)} elements) into "
+            f"{list(shape)} ({prod(shape)} elements)")
+    if v._gat is not None or v._checks or not _contiguous(v._shape, v._st):
+        raise errors.IndexNotSupportedError(
+            f"reshape needs a contiguous in-bounds HBM view; '{b.label}' view of shape {list(v._shape)} is not")
+    n = len(shape)
+    ident = identity_coef(n)
+    return _make(b, v._key, shape, c_strides(shape), v._off, (0,) * n, ident, shape, (), None,
+                 alias=(shape != b.local or v._off != 0))
+
+
+def as_tile_shape(v: NkiTensor) -> NkiTensor:
+    """An HBM view of rank < 2 seen as a (P, 1) / (1, 1) tile."""
+    if len(v._shape) >= 2:
+        return v
+    extra = 2 - len(v._shape)
+    if v._gat is not None:
+        g = tuple(x.reshape(x.shape + (1,) * extra) for x in v._gat)
+        return _general_view(v, g, v._shape + (1,) * extra)
+    a = tuple(row + (0,) * extra for row in v._a)
+    checks = tuple((c, coef + (0,) * extra, ext, d) for c, coef, ext, d in v._checks)
+    return _make(v._b, v._key, v._dims, v._dstr, v._base, v._c, a, v._shape + (1,) * extra, checks, None, v._alias)
 
 
 def _within(c: int, coef, shape, ext: int) -> bool:
@@ -897,8 +935,3 @@ def mark_written(v: NkiTensor, where: np.ndarray | None = None) -> None:
     else:
         view |= np.broadcast_to(where, v._shape)
 
-
-# `tensor[key]` (the subscript rules live in their own module, which builds on this one)
-from .subscript import reshape, subscript  # noqa: E402
-
-NkiTensor.__getitem__ = subscript

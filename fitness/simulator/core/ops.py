@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from . import errors
+from .. import errors
 
 F32 = np.float32
 

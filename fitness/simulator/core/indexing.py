@@ -10,6 +10,10 @@ the constant changes.
 Comparisons of expressions build `Mask` predicates (conjunctions with `&`); a mask whose
 conditions each depend on one axis is a box, which instructions apply by shrinking their
 operands instead of computing and discarding.
+
+They belong to the core because they are the machine's access patterns and instruction
+predicates, which `subscript` and `instr` work on; a front-end decides how kernel code
+spells them (the legacy one exports `arange`, `mgrid` and `ds` as `nl.*`).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from . import errors
+from .. import errors
 
 Box = tuple[tuple[int, int], ...]   # per tile axis: [start, stop)
 

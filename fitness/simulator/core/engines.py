@@ -1,0 +1,310 @@
+"""Instructions of the engines that front-end APIs share: DMA loads of HBM into SBUF,
+constants embedded in the kernel, copies, TensorE matmul and transpose (against the
+identity matrix the compiler loads once), ScalarE activation and VectorE free-axis
+reductions. Each takes the API name the trace records (`api`) and the kernel line; the
+copies and the identity load that transposes add on their own are recorded as `nl.copy` and
+`nl.load`, the names the compiler's lowering gives them in every trace so far.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import errors
+from . import instr as I
+from . import ops
+from . import subscript as S
+from . import tensor as T
+from .indexing import is_int
+from .runtime import machine
+from .tensor import NkiTensor
+from ..trace import ACT, COPY, DMA, DMA_LOAD, HBM, MM, MM_TRANSPOSE, PSUM, RED, SBUF, SCALAR, TENSOR, VECTOR, MatmulInfo
+
+F32 = np.dtype(np.float32)
+
+
+# --- constants, DMA loads, copies ---------------------------------------------------------------------
+
+def constant(value, dtype, line: int) -> NkiTensor:
+    """An HBM tensor holding `value` (embedded in the kernel binary)."""
+    m = machine()
+    arr = np.asarray(value)
+    dt = I.normalize_dtype(dtype if dtype is not None else (arr.dtype if arr.dtype != np.float64 else np.float32))
+    buf = T.new_buffer(HBM, tuple(arr.shape), dt, 0, kind="constant", line=line)
+    if not m.shape_only:
+        buf.blocks[()] = np.ascontiguousarray(arr, dtype=dt)
+    return T.whole(buf)
+
+
+def load(api: str, src, mask, dtype, line: int) -> NkiTensor:
+    """HBM -> a new SBUF tile (DMA)."""
+    m = machine()
+    src = T.as_tile_shape(I.tile(src, "src", "load", (HBM,)))
+    shape = src._shape
+    dt = I.normalize_dtype(dtype) if dtype is not None else src._b.dtype
+    box, wh = I.active(mask, shape)
+    sv = I.use(src, box, shape, wh)
+    res = I.new_result(shape, dt, SBUF, DMA_LOAD, line)
+    rv = res if box is None else T.restrict(res, box, shape)
+    if not m.shape_only and 0 not in rv._shape:
+        T.write(rv, T.array(sv), wh)
+    n = T.count(rv) if wh is None else int(wh.sum())
+    dma = I.dma_info(sv, n * src._b.itemsize, rv._shape[0])
+    I.record(m, DMA_LOAD, api, (DMA,), res, rv, box, wh, [sv], line, dma=dma)
+    return res
+
+
+def copy(api: str, src, mask, dtype, line: int) -> NkiTensor:
+    """A copy of a tile into a new SBUF tile (Vector or Scalar engine)."""
+    src = I.tile(src, "src", "copy")
+    dt = I.normalize_dtype(dtype) if dtype is not None else src._b.dtype
+    return I.compute(api, COPY, (VECTOR, SCALAR), "copy", [("src", src)], src._shape, dt, mask,
+                     lambda a: a, line=line)
+
+
+# --- TensorE -------------------------------------------------------------------------------------------
+
+_EYE: dict[int, np.ndarray] = {}
+
+
+def _is_identity(a: np.ndarray) -> bool:
+    n = a.shape[0]
+    if a.ndim != 2 or a.shape[1] != n:
+        return False
+    eye = _EYE.get(n)
+    if eye is None:
+        eye = _EYE[n] = np.identity(n, dtype=np.float32)
+    return bool(np.array_equal(a, eye))
+
+
+_MM_INFOS: dict[tuple, MatmulInfo] = {}   # MatmulInfo is immutable: one per distinct value
+
+
+def matmul(api: str, stationary, moving, mask, line: int, st1z: bool = False, mv1z: bool = False,
+            is_transpose: bool = False, kind: str = MM) -> NkiTensor:
+    m = machine()
+    s = I.tile(stationary, "stationary", api, (SBUF,))
+    mv = I.tile(moving, "moving", api, (SBUF,))
+    sshape, mshape = s._shape, mv._shape
+    K = sshape[0]
+    if mshape[0] != K:
+        raise errors.MatmulShapeError(
+            f"contraction dimension (partitions) of '{api}' operands differ: stationary{list(s._shape)} has "
+            f"{K}, moving{list(mv._shape)} has {mv._shape[0]}")
+    M = sshape[1] if len(sshape) == 2 else T.prod(sshape[1:])
+    N = mshape[1] if len(mshape) == 2 else T.prod(mshape[1:])
+    if K > 128:
+        raise errors.DimensionLimitError(
+            f"size of dimension 0 (K) in 'stationary{list(s._shape)}' of '{api}' exceed architecture limitation of 128")
+    if M > 128:
+        raise errors.DimensionLimitError(
+            f"size of the free dimension (M) in 'stationary{list(s._shape)}' of '{api}' exceed architecture "
+            f"limitation of 128 (gemm_stationary_fmax)")
+    if N > 512:
+        raise errors.DimensionLimitError(
+            f"size of the free dimension (N) in 'moving{list(mv._shape)}' of '{api}' exceed architecture limitation "
+            f"of 512 (gemm_moving_fmax, one PSUM bank)")
+    out_shape = (M,) + mshape[1:]
+    sv, mvv = s, mv
+    box = None
+    if mask is not None:
+        box, wh = I.active(mask, out_shape)
+        if wh is not None:
+            raise errors.MaskExpressionError(
+                f"'{api}' masks must select a box of the (M, N) output (one comparison per axis)")
+        if box is not None:
+            if len(sshape) == 2:
+                sv = T.restrict(s, ((0, K), box[0]), sshape)
+            mvv = T.restrict(mv, ((0, K),) + box[1:], mshape)
+    if sv._checks:
+        T.check_bounds(sv)
+    if mvv._checks:
+        T.check_bounds(mvv)
+    res = I.new_result(out_shape, F32, PSUM, kind, line)
+    rv = res if box is None else T.restrict(res, box, out_shape)
+    if not m.shape_only and 0 not in rv._shape:
+        a = I.fp32(sv).reshape(K, -1)
+        b = I.fp32(mvv).reshape(K, -1)
+        if is_transpose and _is_identity(b):
+            out = a.T
+        else:
+            out = np.matmul(a.T, b)
+        I.store_result(rv, out if out.shape == rv._shape else out.reshape(rv._shape), None)
+    Ma = M if box is None else T.prod(sv._shape[1:])
+    Na = N if box is None else T.prod(mvv._shape[1:])
+    mkey = (K, Ma, Na, bool(st1z), bool(mv1z), bool(is_transpose))
+    mm = _MM_INFOS.get(mkey)
+    if mm is None:
+        mm = _MM_INFOS[mkey] = MatmulInfo(K, Ma, Na, False, *mkey[3:])
+    I.record(m, kind, api, (TENSOR,), res, rv, box, None, [sv, mvv], line, "", partitions=K, free=Na, mm=mm)
+    return res
+
+
+def identity_tile(m, line: int) -> NkiTensor:
+    """The SBUF identity matrix the compiler loads once (at kernel level) for TensorE transposes."""
+    if m.identity is None:
+        saved = m.scope, m.path
+        m.scope, m.path = (), ()   # kernel level: usable from every loop iteration
+        try:
+            const = constant(np.identity(128, dtype=np.float32), None, line)
+            ident = load("nl.load", const, None, None, line)
+        finally:
+            m.scope, m.path = saved
+        const._b.name = "identity"
+        m.trace.tensors[const._b.id] = const._b.info()
+        ident._b.name = "identity_local"
+        f = ident._b.fresh
+        f.meta = (f.meta[0], "identity_local") + f.meta[2:]
+        f.state = f.USED
+        m.identity = ident
+    return m.identity
+
+
+def transpose_tensore(api: str, x: NkiTensor, line: int, dtype=None) -> NkiTensor:
+    """Transpose an SBUF tile on TensorE: matmul against the identity into PSUM."""
+    m = machine()
+    if x._b.memory != SBUF:
+        x = copy("nl.copy", x, None, None, line)
+    P, F = x._shape[0], T.prod(x._shape[1:])
+    if P > 128 or F > 128:
+        raise errors.DimensionLimitError(
+            f"size of dimension {0 if P > 128 else 1} in 'x{list(x._shape)}' of 'transpose' exceed architecture "
+            f"limitation of 128")
+    ident = identity_tile(m, line)
+    eye = ident if P == 128 else S.subscript(ident, (slice(0, P), slice(0, P)))
+    res = matmul(api, x, eye, None, line, mv1z=True, is_transpose=True, kind=MM_TRANSPOSE)
+    if dtype is not None and I.normalize_dtype(dtype) != F32:
+        return copy("nl.copy", res, None, dtype, line)
+    return res
+
+
+
+# --- ScalarE -------------------------------------------------------------------------------------------
+
+def check_vector_operand(t: NkiTensor, P: int, what: str, api: str, err) -> None:
+    if t._shape[0] != P or T.prod(t._shape[1:]) != 1:
+        raise err(f"{what} of '{api}' must be a scalar or a vector of shape [{P}, 1] spanning the partition "
+                  f"dimension, got shape {list(t._shape)}")
+
+
+def activation(api: str, func: str, data, bias, scale, mask, dtype, line: int) -> NkiTensor:
+    x = I.tile(data, "data", api)
+    P = x._shape[0]
+    operands = [("data", x)]
+    has_scale_tile = isinstance(scale, NkiTensor)
+    if has_scale_tile:
+        s = I.tile(scale, "scale", api)
+        if s._b.dtype != F32:
+            raise errors.ActivationScaleTypeError(
+                f"'scale' param of '{api}' must be a scalar or vector of type float32, got '{s._b.dtname}'")
+        check_vector_operand(s, P, "'scale'", api, errors.ActivationScaleShapeError)
+        operands.append(("scale", s))
+    elif isinstance(scale, np.generic) and scale.dtype != F32 and scale.dtype.kind == "f":
+        raise errors.ActivationScaleTypeError(
+            f"'scale' param of '{api}' must be a scalar or vector of type float32, got '{scale.dtype.name}'")
+    elif not I.is_scalar(scale):
+        raise errors.ActivationScaleShapeError(
+            f"'scale' param of '{api}' must be a float32 scalar or a [P, 1] tile, got {type(scale).__name__}")
+    has_bias_tile = isinstance(bias, NkiTensor)
+    if has_bias_tile:
+        b = I.tile(bias, "bias", api)
+        if b._b.dtname not in ("float32", "float16", "bfloat16"):
+            raise errors.ActivationBiasTypeError(
+                f"'bias' param of '{api}' must be a vector of type float32, float16, or bfloat16, got "
+                f"'{b._b.dtname}'")
+        check_vector_operand(b, P, "'bias'", api, errors.BroadcastError)
+        operands.append(("bias", b))
+    elif bias is not None and not I.is_scalar(bias):
+        raise errors.ActivationBiasTypeError(f"'bias' param of '{api}' must be a [P, 1] tile, got {type(bias).__name__}")
+    f = ops.ACTIVATION[func]
+    scale_c = None if has_scale_tile else np.float32(scale)
+    bias_c = None if (has_bias_tile or bias is None) else np.float32(bias)
+
+    def fn(d, *rest):
+        rest = list(rest)
+        sc = rest.pop(0) if has_scale_tile else scale_c
+        bi = rest.pop(0) if has_bias_tile else bias_c
+        y = d
+        if has_scale_tile or sc != 1.0:
+            y = y * sc
+        if bi is not None:
+            y = y + bi
+        return f(y)
+
+    dt = I.normalize_dtype(dtype) if dtype is not None else x._b.dtype
+    return I.compute(api, ACT, (SCALAR,), func, operands, x._shape, dt, mask, fn, line=line)
+
+
+
+# --- VectorE reductions --------------------------------------------------------------------------------
+
+def free_axes(axis, ndim: int, api: str) -> tuple[int, ...]:
+    if axis is None:
+        axes = tuple(range(1, ndim))
+    elif is_int(axis):
+        axes = (int(axis),)
+    else:
+        axes = tuple(int(a) for a in axis)
+    axes = tuple(a + ndim if a < 0 else a for a in axes)
+    for a in axes:
+        if a == 0:
+            raise errors.ReduceAxisError(
+                f"'{api}' cannot reduce along the partition dimension (axis 0); transpose the tile (nc_transpose / "
+                f"nl.transpose) or use a matmul with a ones vector")
+        if not 0 < a < ndim:
+            raise errors.IndexNotSupportedError(f"axis {a} out of range for a tile of rank {ndim} in '{api}'")
+    return tuple(sorted(set(axes)))
+
+
+_REDUCED: dict[tuple, tuple] = {}
+
+
+def reduced(shape: tuple[int, ...], axis, keepdims: bool, api: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(reduced axes, result shape) of a free-axis reduction of a `shape` tile (cached:
+    kernels repeat the same reductions)."""
+    akey = axis if axis is None or is_int(axis) else tuple(axis)
+    key = (shape, akey, bool(keepdims))
+    hit = _REDUCED.get(key)
+    if hit is None:
+        axes = free_axes(axis, len(shape), api)
+        if keepdims:
+            out_shape = tuple(1 if k in axes else n for k, n in enumerate(shape))
+        else:
+            out_shape = tuple(n for k, n in enumerate(shape) if k not in axes)
+            if len(out_shape) < 2:
+                out_shape = out_shape + (1,) * (2 - len(out_shape))
+        hit = _REDUCED[key] = (axes, out_shape)
+    return hit
+
+
+def reduce(api: str, op: str, x, axis, dtype, mask, keepdims: bool, line: int, negate: bool = False,
+           kind: str = RED) -> NkiTensor:
+    """Free-axis reduction (VectorE). The result keeps at least two dimensions."""
+    m = machine()
+    x = I.tile(x, "data", api)
+    shape = x._shape
+    axes, out_shape = reduced(shape, axis, keepdims, api)
+    dt = I.normalize_dtype(dtype) if dtype is not None else x._b.dtype
+    box, wh = (None, None) if mask is None else I.active(mask, shape)
+    xv = x if box is None and not x._checks else I.use(x, box, shape, wh)
+    res = I.new_result(out_shape, dt, SBUF, kind, line)
+    obox = None
+    if box is not None:
+        kept = [box[k] for k in range(len(shape)) if k not in axes] if not keepdims else \
+            [(0, 1) if k in axes else box[k] for k in range(len(shape))]
+        kept = kept + [(0, 1)] * (len(out_shape) - len(kept))
+        obox = tuple(kept)
+    rv = res if obox is None else T.restrict(res, obox, out_shape)
+    if not m.shape_only and 0 not in rv._shape:
+        a = I.fp32(xv)
+        if wh is not None:
+            a = np.where(I.align(wh, xv._shape), a, np.float32(ops.REDUCE_IDENTITY.get(op, 0.0)))
+        r = ops.REDUCE[op](a, axis=axes, keepdims=True) if a.size else a
+        r = r.reshape(rv._shape)
+        if negate:
+            r = -r
+        T.write(rv, r)
+    free = T.prod(xv._shape[1:])
+    I.record(m, kind, api, (VECTOR,), res, rv, obox, None, [xv], line, op + (",negate" if negate else ""),
+             partitions=xv._shape[0], free=free)
+    return res
