@@ -20,6 +20,7 @@ import math
 from dataclasses import dataclass, field
 
 from .. import trace as tr
+from ..trace import PSUM
 
 Box = tuple[tuple[int, int], ...]
 BlockKey = int              # interned (tensor id, block index[, tags]): see Program.block
@@ -186,8 +187,15 @@ def lower(trace: tr.Trace) -> Program:
             out += pieces
         return out
 
+    mem = prog.block_memory
     for i, ins in enumerate(trace.instrs):
-        ops.append(_op(prog, ins, acc(ins.reads), acc(ins.writes), infos, 4 * i))
+        writes = acc(ins.writes)
+        psum_out = False
+        for b, _ in writes:
+            if mem[b] == PSUM:
+                psum_out = True
+                break
+        ops.append(_op(ins, acc(ins.reads), writes, psum_out, infos, 4 * i))
     return prog
 
 
@@ -203,21 +211,16 @@ def _engines(ins: tr.Instr) -> tuple[str, ...]:
     return tuple(ins.engines) or (tr.VECTOR,)
 
 
-def _op(prog: Program, ins: tr.Instr, reads: list[Access], writes: list[Access],
+def _op(ins: tr.Instr, reads: list[Access], writes: list[Access], psum_out: bool,
         infos: dict[int, tr.TensorInfo], pos: int) -> Op:
     kind = ins.kind
     # Only plain copies are provably identical.
     cse = (kind in CSE_KINDS and ins.op not in COMPILER_EXPANDED
            and not (kind == tr.COPY and ins.func not in ("", "copy")))
-    mem = prog.block_memory
-    psum_out = False
-    for b, _ in writes:
-        if mem[b] == tr.PSUM:
-            psum_out = True
+    # Positional: Op's fields in declaration order (the keyword form costs a third more).
     op = Op(kind, _engines(ins), ins.dtype, tuple(ins.in_dtypes), ins.partitions, ins.free,
-            reads, writes, ins.loop_path, ins.line, ins.func, ins.mm, psum_inputs=ins.psum_inputs,
-            strided=ins.strided, cse=cse, psum_out=psum_out, pos=pos, origin=ins.id,
-            source=ins.op)
+            reads, writes, ins.loop_path, ins.line, ins.func, ins.mm, 0, 0, ins.psum_inputs,
+            ins.strided, cse, psum_out, "", pos, ins.id, ins.op)
     dma = ins.dma
     if dma is not None:
         op.dma_bytes = dma.bytes

@@ -24,6 +24,8 @@ from .params import Params
 
 INF = math.inf
 COMPUTE_ENGINES = (tr.TENSOR, tr.VECTOR, tr.SCALAR, tr.GPSIMD_ENGINE)
+ONE = (0,)          # the candidate index of a single-engine op
+NO_PORTS: list = []  # shared, never mutated
 QUEUE_OF = {tr.DMA_LOAD: 0, tr.DMA_STORE: 1, tr.DMA_SPILL_SAVE: 2, tr.DMA_SPILL_RELOAD: 3}
 
 
@@ -228,7 +230,7 @@ def schedule(prog: Program, preds: list[list[int]], hw: Hardware, params: Params
             continue
 
         touches_psum = op.psum_inputs > 0 or op.psum_out
-        candidates = range(len(engines))
+        candidates = ONE if len(engines) == 1 else range(len(engines))
         if len(engines) > 1:
             if SCALAR in engines and _prefers_scalar(op):
                 candidates = (engines.index(SCALAR),)
@@ -236,28 +238,30 @@ def schedule(prog: Program, preds: list[list[int]], hw: Hardware, params: Params
                 candidates = [k for k, e in enumerate(engines) if e != GPSIMD]
         best = None
         pi = preds[i]
+        durs = dur_of[i]
         for k in candidates:
             e = engines[k]
             ready = 0.0
+            same = drain[e]
             for p in pi:
                 ep = engine_of[p]
                 t = end[p]
                 if ep != DMA:
-                    t += drain[e] if ep == e else sem
+                    t += same if ep == e else sem
                 if t > ready:
                     ready = t
-            dur = dur_of[i][k]
+            dur = durs[k]
             if lanes is None:
                 s = ready if ready > free[e] else free[e]
             else:
                 r = recent[e]
                 lower = r[0] if len(r) == window and r[0] > ready else ready
                 s = lanes[e].earliest(lower, dur)
-            ports = []
+            ports = NO_PORTS
             if sbuf_port is not None and e in vg:
-                ports.append(sbuf_port)
+                ports = [sbuf_port]
             if psum_port is not None and touches_psum and e in vs:
-                ports.append(psum_port)
+                ports = ports + [psum_port]
             if ports:
                 ports_and_lane = ports if lanes is None else ports + [lanes[e]]
                 while True:
