@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .simulator.dialect import Dialect
 
 OK = "ok"
 REJECTED = "rejected"              # the static policy refused the source
@@ -31,6 +34,7 @@ class EvalResult:
     cached: bool = False
     kernel_id: str = ""
     problem: str = ""
+    dialect: "Dialect | None" = None      # the NKI dialect the source imports (None: not decided, e.g. both)
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
