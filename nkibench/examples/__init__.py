@@ -4,7 +4,7 @@ One module per problem, in the layout of `nkibench/problems/` (documented in `si
 a baseline kernel of the project's own in `baselines/` (current dialect). They are registered
 beside the NKIBench problems (`nkibench.registry.example_names`) but are not NKIBench: `run`
 optimizes them only when named. `KERNELS` says which problem and shape judge each example
-kernel that has a computable reference; `python -m accelopt_evo eval FILE --problem NAME
+kernel that has a computable reference (`NOT_JUDGED` names the files that have none); `python -m accelopt_evo eval FILE --problem NAME
 --kernel FUNCTION [--shape SHAPE]` evaluates one of them.
 """
 
@@ -40,4 +40,16 @@ KERNELS: tuple[ExampleKernel, ...] = (
     ExampleKernel("tensor_addition/tensor_addition_nki_kernels.py", "nki_tensor_add", "tensor_add", "paper"),
     ExampleKernel("simulate/nki_simulate_example.py", "add_kernel", "tensor_add", "tiny"),
     ExampleKernel("getting_started_baremetal.py", "nki_tensor_add_kernel", "tensor_add", "tiny"),
+    ExampleKernel("getting_started_jax.py", "nki_tensor_add_kernel", "tensor_add", "tiny"),
+    ExampleKernel("getting_started_torch.py", "nki_tensor_add_kernel", "tensor_add", "tiny"),
+    ExampleKernel("layout-pass.py", "tensor_exp_kernel_", "exp", "tiny"),
+    ExampleKernel("index-case-1.py", "tensor_split_kernel_", "split_columns", "paper"),
+    ExampleKernel("index-case-3.py", "tensor_maxpool_kernel_", "maxpool2d", "paper"),
 )
+
+# The example files' other kernels: documentation fragments with no result to check.
+NOT_JUDGED: dict[str, str] = {
+    "layout-violation.py": "breaks the partition-size rule on purpose (a 256-row tile) and returns nothing",
+    "layout-loop.py": "a fragment: decorated with torch_neuronx's nki_jit and reading an undefined name (i_f)",
+    "layout-dynamic-loop.py": "a fragment that does not parse (an unclosed parenthesis)",
+}
