@@ -193,6 +193,10 @@ def cmd_problems(args: argparse.Namespace) -> int:
     except ProblemError as exc:
         raise UserError(str(exc)) from None
     print(json.dumps(rows, indent=1) if args.json else format_problem_table(rows))
+    if not args.json and not args.suite_dir:
+        from nkibench.registry import example_names
+
+        print(f"NKI SDK example problems (current nki dialect, nkibench/examples): {', '.join(example_names())}")
     return 0
 
 
