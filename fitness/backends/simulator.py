@@ -13,10 +13,10 @@ class SimulatorRunner:
     allow_exec = False
 
     def __init__(self, target: str) -> None:
-        from fitness.simulator import install_neuronxcc, run_kernel
+        from fitness.simulator import install, run_kernel
         from fitness.simulator.perf import estimate
 
-        install_neuronxcc()
+        install()   # both dialects: a kernel may import neuronxcc.nki (legacy) or nki (current)
         self.target = target
         self._run_kernel = run_kernel
         self._estimate = estimate

@@ -291,6 +291,29 @@ class ApiOutsideKernelError(NkiError):
     code = "err_nki_api_outside_of_nki_kernel"
 
 
+# --- the current (`import nki`) dialect ------------------------------------------------------
+
+class LegacyConstructError(NkiError):
+    """A current-dialect kernel used a construct only the legacy dialect has (masks, `par_dim`,
+    an ISA call without a destination, ...); the message names the current way."""
+
+    code = "err_legacy_construct"
+
+
+class PsumAllocationError(NkiError):
+    """A PSUM tensor does not fit the 8 banks of 2 KiB per partition, or its address does not
+    start at a bank."""
+
+    code = "err_psum_allocation"
+
+
+class EngineError(NkiError):
+    """An instruction was given an engine that is not an `nisa.engine` member, or one that
+    cannot run it."""
+
+    code = "err_invalid_engine"
+
+
 # --- emulator-specific --------------------------------------------------------------------
 
 class UnsupportedApiError(NkiError):

@@ -74,6 +74,14 @@ def test_core_never_imports_a_front_end():
     assert bad == []
 
 
+def test_front_ends_never_import_each_other():
+    g = _graph()
+    assert f"{PACKAGE}.core.alu" in g[f"{PACKAGE}.current.isa"]
+    bad = sorted(f"{m} -> {t}" for m, ts in g.items() if _part(m) in ("legacy", "current")
+                 for t in ts if _part(t) in ("legacy", "current") and _part(t) != _part(m))
+    assert bad == []
+
+
 def test_shared_leaves_import_nothing_of_the_simulator():
     g = _graph()
     assert {m: g[m] for m in SHARED} == {m: set() for m in SHARED}

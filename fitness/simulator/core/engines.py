@@ -1,8 +1,8 @@
 """Instructions of the engines that front-end APIs share: DMA loads of HBM into SBUF,
 constants embedded in the kernel, copies, TensorE matmul and transpose (against the
 identity matrix the compiler loads once), ScalarE activation and VectorE free-axis
-reductions. Each takes the API name the trace records (`api`) and the kernel line; the
-copies and the identity load that transposes add on their own are recorded as `nl.copy` and
+reductions, and how the compiler lowers the high-level element-wise, mean and broadcast APIs.
+Each takes the API name the trace records (`api`) and the kernel line; the copies and the identity load that transposes add on their own are recorded as `nl.copy` and
 `nl.load`, the names the compiler's lowering gives them in every trace so far.
 """
 
@@ -15,10 +15,29 @@ from . import instr as I
 from . import ops
 from . import subscript as S
 from . import tensor as T
-from .indexing import is_int
+from .indexing import broadcast_shapes, is_int
 from .runtime import machine
 from .tensor import NkiTensor
-from ..trace import ACT, COPY, DMA, DMA_LOAD, HBM, MM, MM_TRANSPOSE, PSUM, RED, SBUF, SCALAR, TENSOR, VECTOR, MatmulInfo
+from ..trace import (
+    ACT,
+    COPY,
+    DMA,
+    DMA_LOAD,
+    GPSIMD_ENGINE,
+    HBM,
+    MM,
+    MM_BCAST,
+    MM_TRANSPOSE,
+    PSUM,
+    RED,
+    SBUF,
+    SCALAR,
+    TENSOR,
+    TS,
+    TT,
+    VECTOR,
+    MatmulInfo,
+)
 
 F32 = np.dtype(np.float32)
 
@@ -308,3 +327,134 @@ def reduce(api: str, op: str, x, axis, dtype, mask, keepdims: bool, line: int, n
     I.record(m, kind, api, (VECTOR,), res, rv, obox, None, [xv], line, op + (",negate" if negate else ""),
              partitions=xv._shape[0], free=free)
     return res
+
+
+# --- element-wise lowering of the high-level APIs ------------------------------------------------
+
+def elementwise(api: str, op: str, x, y, dtype, mask, line: int, *, operator: bool = False,
+                engines: tuple[str, ...] = ()) -> NkiTensor:
+    """x (op) y for the high-level APIs (`nl.add`, operators): tile (op) tile -> TT; tile (op)
+    scalar or (P, 1) vector -> TS; P=1 operands are broadcast across partitions first (APIs
+    only; operators raise). `engines`: an explicit engine choice, else the compiler's."""
+    tx, ty = isinstance(x, NkiTensor), isinstance(y, NkiTensor)
+    fn = ops.ALU[op]
+    if not tx and not ty:
+        if not (I.is_scalar(x) and I.is_scalar(y)):
+            raise errors.OperandTypeError(f"'{api}' needs tiles or scalars, got {type(x).__name__} and {type(y).__name__}")
+        return fn(np.float32(x), np.float32(y))
+    dt = I.result_dtype([x, y], dtype)
+    if tx and ty:
+        x = I.tile(x, "x", api)
+        y = I.tile(y, "y", api)
+        px, py = x._shape[0], y._shape[0]
+        if px != py:
+            if operator or (px != 1 and py != 1):
+                raise errors.PartitionMismatchError(
+                    f"number of partitions (dimension 0 size of a tile) mismatch in parameters (x{list(x._shape)}, "
+                    f"y{list(y._shape)}) of '{api}'; use .broadcast_to(...) to broadcast along partitions")
+            if px == 1:
+                x = broadcast("broadcast_to", x, (py,) + x._shape[1:], line)
+            else:
+                y = broadcast("broadcast_to", y, (px,) + y._shape[1:], line)
+        out_shape = broadcast_shapes(x._shape, y._shape)
+        if out_shape is None or len(x._shape) != len(y._shape):
+            raise errors.BroadcastError(
+                f"Parameter shapes (x{list(x._shape)}, y{list(y._shape)}) of '{api}' could not be broadcast together")
+        if x._shape == y._shape or (T.prod(x._shape[1:]) > 1 and T.prod(y._shape[1:]) > 1):
+            chosen = engines or ((GPSIMD_ENGINE,) if op == "power" else (VECTOR,))
+            return I.compute(api, TT, chosen, op, [("x", x), ("y", y)], out_shape, dt, mask, fn, line=line)
+        # one operand is a per-partition vector (P, 1): tensor_scalar
+        vec_first = T.prod(x._shape[1:]) == 1
+        data, vec = (y, x) if vec_first else (x, y)
+        func = op if not vec_first else f"{op}(reverse)"
+        f2 = (lambda d, v: fn(v, d)) if vec_first else fn
+        return I.compute(api, TS, engines or (VECTOR, SCALAR), func, [("data", data), ("operand0", vec)],
+                         out_shape, dt, mask, f2, line=line)
+    data, s = (x, y) if tx else (y, x)
+    if not I.is_scalar(s):
+        raise errors.OperandTypeError(f"'{api}' cannot combine a tile with {type(s).__name__}")
+    data = I.tile(data, "x" if tx else "y", api)
+    sv = np.float32(s)
+
+    def f1(d):
+        return fn(d, sv) if tx else fn(sv, d)
+
+    func = op if tx else f"{op}(reverse)"
+    return I.compute(api, TS, engines or (VECTOR, SCALAR), func, [("data", data)], data._shape, dt, mask,
+                     f1, line=line)
+
+
+def unary_activation(api: str, func: str, x, dtype, mask, line: int) -> NkiTensor:
+    """A high-level unary math API (`nl.exp`, ...): one ScalarE activation."""
+    x = I.tile(x, "x", api)
+    dt = I.normalize_dtype(dtype) if dtype is not None else x._b.dtype
+    return I.compute(api, ACT, (SCALAR,), func, [("x", x)], x._shape, dt, mask, ops.ACTIVATION[func], line=line)
+
+
+def mean(api: str, x, axis, dtype, mask, keepdims: bool, line: int) -> NkiTensor:
+    """Average along free axes: a sum reduction then a multiply by 1/n."""
+    s = reduce(api, "add", x, axis, dtype, mask, keepdims, line)
+    axes = free_axes(axis, len(x.shape), api)
+    n = T.prod(x.shape[a] for a in axes)
+    inv = np.float32(1.0 / n)
+    return I.compute(api, TS, (VECTOR, SCALAR), "multiply", [("data", s)], s._shape, s._b.dtype, None,
+                     lambda a: a * inv, line=line)
+
+
+def broadcast(api: str, src, shape, line: int) -> NkiTensor:
+    """Broadcast a tile to `shape`. Across partitions ((1, F) -> (P, F)) the compiler uses
+    TensorE: a K=1 matmul with a ones stationary into PSUM and a copy back, per 512 columns."""
+    m = machine()
+    x = I.tile(src, "src", api)
+    shape = tuple(int(n) for n in shape)
+    if shape == x._shape:
+        return x
+    if len(shape) != len(x._shape) or broadcast_shapes(x._shape, shape) != shape:
+        raise errors.BroadcastError(f"cannot broadcast tile of shape {list(x._shape)} to {list(shape)}")
+    res = I.new_result(shape, x._b.dtype, SBUF, COPY, line)
+    f = res._b.fresh
+    if x._shape[0] == shape[0]:
+        # free-dimension broadcast: one copy with a stride-0 read
+        if not m.shape_only:
+            T.write(res, T.array(x))
+        I.record(m, COPY, api, (VECTOR, SCALAR), res, res, None, None, [x], line, "copy")
+        return res
+    if x._shape[0] != 1:
+        raise errors.PartitionMismatchError(
+            f"cannot broadcast {list(x._shape)} to {list(shape)}: the partition dimension can only be broadcast from 1")
+    P = shape[0]
+    free_shape = shape[1:]
+    F = T.prod(free_shape)
+    if not m.shape_only:
+        T.write(res, T.array(x))
+    chunk = 512
+    n_chunks = -(-F // chunk)
+    for c in range(n_chunks):
+        f0, f1 = c * chunk, min(F, (c + 1) * chunk)
+        ps = I.new_result((P, f1 - f0), F32, PSUM, MM_BCAST, line)
+        sub = flat_box(free_shape, f0, f1)
+        xs = x if x._shape[1:] == (1,) * len(free_shape) else T.restrict(x, ((0, 1),) + sub, x._shape)
+        mm = MatmulInfo(1, P, f1 - f0, False, stationary_onezero=True)
+        I.record(m, MM_BCAST, api, (TENSOR,), ps, ps, None, None, [xs], line, "", partitions=1,
+                 free=f1 - f0, mm=mm)
+        ps._b.fresh.state = ps._b.fresh.USED
+        rbox = ((0, P),) + sub
+        rv = T.restrict(res, rbox, shape)
+        ins = m.emit(COPY, api, (VECTOR, SCALAR), res._b.dtname, ("float32",), P, f1 - f0,
+                     (T.region(ps),), (T.region(rv),), line, "copy", None, None, 1, False)
+        f.writers.append((ins, 0, rbox, T.region(rv)))
+    f.kind = COPY
+    return res
+
+
+def flat_box(free_shape: tuple[int, ...], f0: int, f1: int) -> tuple[tuple[int, int], ...]:
+    """Bounding box (over the free dims) of flat free positions [f0, f1)."""
+    if len(free_shape) == 1:
+        return ((f0, f1),)
+    first = np.unravel_index(f0, free_shape)
+    last = np.unravel_index(f1 - 1, free_shape)
+    out, same = [], True
+    for a, z, n in zip(first, last, free_shape):
+        out.append((int(a), int(z) + 1) if same else (0, n))
+        same = same and a == z
+    return tuple(out)

@@ -559,6 +559,26 @@ def _accumulate_matmul(m: Machine, dst: NkiTensor, src: NkiTensor, f: Fresh) -> 
             T.write(dv, T.array(dv) + res, f.where)
 
 
+def accumulate_into(m: Machine, dst: NkiTensor, src: NkiTensor, add) -> None:
+    """Fresh matmul result `src` written into PSUM view `dst` (same shape): added to what dst
+    holds where `add` is true (a bool array over the shape, or True), written over it
+    elsewhere. The producing instruction writes dst and its record is marked accumulating."""
+    f = src._b.fresh
+    T.check_bounds(dst)
+    reg = T.region(dst)
+    for ins, idx, _, _ in f.writers:
+        writes = ins.writes
+        ins.writes = (reg,) if len(writes) == 1 else writes[:idx] + (reg,) + writes[idx + 1:]
+        if ins.mm is not None:
+            ins.mm = _accumulating(ins.mm)
+    f.state = Fresh.RETARGETED
+    del m.fresh[f.meta[0]]
+    if not m.shape_only and 0 not in dst._shape:
+        res = T.array(src)
+        cur = fp32(dst)
+        T.write(dst, cur + res if add is True else np.where(add, cur + res, res))
+
+
 # id(MatmulInfo) -> (that MatmulInfo, its accumulating twin). Keyed by id: hashing the
 # dataclass runs its Python __hash__; the entry keeps the key object alive, so the id stays its own.
 _ACC_INFOS: dict[int, tuple[MatmulInfo, MatmulInfo]] = {}

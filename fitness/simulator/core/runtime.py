@@ -73,6 +73,19 @@ class LoopIndex(int):
     _loop: LoopFrame
 
 
+def no_method(t, name: str):
+    """The `method` handler of a dialect whose tensors have no view methods."""
+    raise AttributeError(f"'NkiTensor' object has no attribute '{name}'", name=name, obj=t)
+
+
+def _no_write_rule(buf, box, exempt=frozenset(), view=None) -> None:
+    """`Machine.note_write` of dialects without loop rules."""
+
+
+def _no_scope_rule(buf) -> None:
+    """`Machine.check_scope` of dialects without loop rules."""
+
+
 @dataclass(frozen=True)
 class FrontEnd:
     """What a dialect's front-end supplies to the core: the meaning of Python syntax on kernel
@@ -88,6 +101,10 @@ class FrontEnd:
     unwrap: Callable[[Any], Any]                       # a decorated kernel -> its function
     is_mutable: Callable[[Any], bool]                  # parameter annotation -> the input is writable
     kernel_globals: dict[str, Any] = field(default_factory=dict)   # names kernels see instead of builtins
+    method: Callable[[Any, str], Callable] = no_method   # tensor.name(...) for view methods (slice, ap, ...)
+    # the loop rules of dialects whose loops are compiled: the affine_range write rule
+    # (note_write) and tensors created in a loop body staying in it (check_scope)
+    loop_rules: bool = True
 
 
 @dataclass
@@ -115,6 +132,10 @@ class Machine:
         self.augmented = frontend.augmented
         self.operator = frontend.operator
         self.broadcast_to = frontend.broadcast_to
+        self.method = frontend.method
+        if not frontend.loop_rules:
+            self.note_write = _no_write_rule
+            self.check_scope = _no_scope_rule
         self.shape_only = shape_only
         self.trace = Trace(kernel_file=kernel_file)
         self.instrs = self.trace.instrs
@@ -137,6 +158,7 @@ class Machine:
         self.fresh: dict[int, Any] = {}
         self.declared_bytes = 0          # logical bytes of tensors declared at kernel level
         self.declared_budget: int | None = None
+        self.state: dict[str, Any] = {}  # the front-end's own per-run bookkeeping
 
     # --- tensors -------------------------------------------------------------------------
 

@@ -300,8 +300,12 @@ class NkiTensor:
     def broadcast_to(self, shape) -> NkiTensor:
         return machine().broadcast_to(self, shape)
 
-    def reshape(self, shape) -> NkiTensor:
-        return reshape(self, tuple(int(n) for n in (shape if isinstance(shape, (tuple, list)) else (shape,))))
+    @property
+    def size(self) -> int:
+        return prod(self._shape)
+
+    # View methods (`t.reshape(...)`, `t.slice(...)`, `t.ap(...)`, ...): whether a tensor has
+    # one and what it means is the dialect's business (`FrontEnd.method`); see VIEW_METHODS.
 
     # -- opacity -------------------------------------------------------------------------------
 
@@ -343,6 +347,23 @@ class NkiTensor:
 
     # (no __getattr__ hook for a friendlier message on unknown attributes: it would slow every
     # attribute access of the emulator; core.launch rewords the AttributeError instead)
+
+
+# Names of the view methods some dialect gives its tensors; each forwards to the running
+# front-end's `method` handler, which returns the implementation or raises AttributeError.
+VIEW_METHODS = ("reshape", "slice", "select", "permute", "broadcast", "expand_dim", "squeeze_dim",
+                "reshape_dim", "flatten_dims", "rearrange", "view", "ap", "get_pattern", "is_contiguous")
+
+
+def _view_method(name: str):
+    def method(self, *args, **kwargs):
+        return machine().method(self, name)(*args, **kwargs)
+    method.__name__ = method.__qualname__ = name
+    return method
+
+
+for _name in VIEW_METHODS:
+    setattr(NkiTensor, _name, _view_method(_name))
 
 
 def unknown_attribute(e: AttributeError) -> AttributeError | None:

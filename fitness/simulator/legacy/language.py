@@ -6,7 +6,6 @@ What Python operators on tiles mean in this dialect (`operator`) lives here too.
 
 from __future__ import annotations
 
-import builtins
 import itertools
 
 import numpy as np
@@ -19,12 +18,11 @@ from ..core import subscript as S
 from ..core import tensor as T
 from ..core.coverage import Coverage
 from ..core.indexing import arange, broadcast_shapes, ds, is_int, mgrid  # noqa: F401 (re-exported as nl.*)
-from ..core.runtime import LoopIndex, machine
+from ..core.runtime import LoopIndex, machine, no_method
 from ..core.tensor import NkiTensor
 from .isa import engine_letters
 from .loops import affine_range, sequential_range, static_range  # noqa: F401 (re-exported as nl.*)
 from ..trace import (
-    ACT,
     COPY,
     DMA,
     DMA_LOAD,
@@ -32,16 +30,13 @@ from ..trace import (
     GPSIMD_ENGINE,
     HBM,
     MEMSET,
-    MM_BCAST,
     PSUM,
     RECIP,
     SBUF,
     SCALAR,
-    TENSOR,
     TS,
     TT,
     VECTOR,
-    MatmulInfo,
 )
 
 F32 = np.dtype(np.float32)
@@ -282,58 +277,8 @@ def static_cast(src, dtype, mask=None, **kwargs) -> NkiTensor:
 
 def _elementwise_binary(api: str, op: str, x, y, dtype, mask, line: int, *, operator: bool = False,
                         engine=None) -> NkiTensor:
-    """tile (+) tile -> TT; tile (+) scalar or (P, 1) vector -> TS; P=1 operands are broadcast
-    across partitions first (nl.* APIs only; operators raise)."""
-    tx, ty = isinstance(x, NkiTensor), isinstance(y, NkiTensor)
-    fn = ops.ALU[op]
-    if not tx and not ty:
-        if not (I.is_scalar(x) and I.is_scalar(y)):
-            raise errors.OperandTypeError(f"'{api}' needs tiles or scalars, got {type(x).__name__} and {type(y).__name__}")
-        return fn(np.float32(x), np.float32(y))
-    dt = I.result_dtype([x, y], dtype)
-    if tx and ty:
-        x = I.tile(x, "x", api)
-        y = I.tile(y, "y", api)
-        px, py = x._shape[0], y._shape[0]
-        if px != py:
-            if operator or (px != 1 and py != 1):
-                raise errors.PartitionMismatchError(
-                    f"number of partitions (dimension 0 size of a tile) mismatch in parameters (x{list(x._shape)}, "
-                    f"y{list(y._shape)}) of '{api}'; use .broadcast_to(...) to broadcast along partitions")
-            if px == 1:
-                x = broadcast_to(x, (py,) + x._shape[1:], _line=line)
-            else:
-                y = broadcast_to(y, (px,) + y._shape[1:], _line=line)
-        out_shape = broadcast_shapes(x._shape, y._shape)
-        if out_shape is None or len(x._shape) != len(y._shape):
-            raise errors.BroadcastError(
-                f"Parameter shapes (x{list(x._shape)}, y{list(y._shape)}) of '{api}' could not be broadcast together")
-        if x._shape == y._shape or (T.prod(x._shape[1:]) > 1 and T.prod(y._shape[1:]) > 1):
-            engines = _engines(engine, (GPSIMD_ENGINE,) if op == "power" else (VECTOR,))
-            return I.compute(api, TT, engines, op, [("x", x), ("y", y)], out_shape, dt, mask, fn, line=line)
-        # one operand is a per-partition vector (P, 1): tensor_scalar
-        vec_first = T.prod(x._shape[1:]) == 1
-        data, vec = (y, x) if vec_first else (x, y)
-        func = op if not vec_first else f"{op}(reverse)"
-        f2 = (lambda d, v: fn(v, d)) if vec_first else fn
-        return I.compute(api, TS, _engines(engine, (VECTOR, SCALAR)), func, [("data", data), ("operand0", vec)],
-                         out_shape, dt, mask, f2, line=line)
-    data, s = (x, y) if tx else (y, x)
-    if not I.is_scalar(s):
-        raise errors.OperandTypeError(f"'{api}' cannot combine a tile with {type(s).__name__}")
-    data = I.tile(data, "x" if tx else "y", api)
-    sv = np.float32(s)
-
-    def f1(d):
-        return fn(d, sv) if tx else fn(sv, d)
-
-    func = op if tx else f"{op}(reverse)"
-    return I.compute(api, TS, _engines(engine, (VECTOR, SCALAR)), func, [("data", data)], data._shape, dt, mask,
-                     f1, line=line)
-
-
-def _engines(engine, default: tuple[str, ...]) -> tuple[str, ...]:
-    return engine_letters(engine) or default
+    """nl.add and friends (see core.engines.elementwise); `engine` an nisa engine selector."""
+    return E.elementwise(api, op, x, y, dtype, mask, line, operator=operator, engines=engine_letters(engine))
 
 
 def operator(t: NkiTensor, other, op: str, reverse: bool) -> NkiTensor:
@@ -378,10 +323,7 @@ right_shift = _make_binary("right_shift", "x >> y on integers.")
 
 
 def _unary_act(func: str, x, dtype, mask, api: str, line: int) -> NkiTensor:
-    x = I.tile(x, "x", api)
-    dt = I.normalize_dtype(dtype) if dtype is not None else x._b.dtype
-    f = ops.ACTIVATION[func]
-    return I.compute(api, ACT, (SCALAR,), func, [("x", x)], x._shape, dt, mask, f, line=line)
+    return E.unary_activation(api, func, x, dtype, mask, line)
 
 
 def _make_activation(name: str, doc: str):
@@ -450,13 +392,7 @@ any = _make_reduce("any", "logical_or")
 
 def mean(x, axis, dtype=None, mask=None, keepdims=False, **kwargs) -> NkiTensor:
     """Average along free axes: a sum reduction then a multiply by 1/n."""
-    line = I.where()
-    s = E.reduce("nl.mean", "add", x, axis, dtype, mask, keepdims, line)
-    axes = E.free_axes(axis, len(x.shape), "nl.mean")
-    n = T.prod(x.shape[a] for a in axes)
-    inv = np.float32(1.0 / n)
-    return I.compute("nl.mean", TS, (VECTOR, SCALAR), "multiply", [("data", s)], s._shape, s._b.dtype, None,
-                     lambda a: a * inv, line=line)
+    return E.mean("nl.mean", x, axis, dtype, mask, keepdims, I.where())
 
 
 mean.nki_alu = None
@@ -525,63 +461,16 @@ def transpose(x, dtype=None, mask=None, **kwargs) -> NkiTensor:
 
 
 def broadcast_to(src, shape, _line: int | None = None, **kwargs) -> NkiTensor:
-    """Broadcast a tile to `shape`. Across partitions ((1, F) -> (P, F)) the compiler uses
-    TensorE: a K=1 matmul with a ones stationary into PSUM and a copy back, per 512 columns."""
-    m = machine()
-    line = I.where() if _line is None else _line
-    x = I.tile(src, "src", "broadcast_to")
-    shape = tuple(int(n) for n in shape)
-    if shape == x._shape:
-        return x
-    if len(shape) != len(x._shape) or broadcast_shapes(x._shape, shape) != shape:
-        raise errors.BroadcastError(f"cannot broadcast tile of shape {list(x._shape)} to {list(shape)}")
-    res = I.new_result(shape, x._b.dtype, SBUF, COPY, line)
-    f = res._b.fresh
-    if x._shape[0] == shape[0]:
-        # free-dimension broadcast: one copy with a stride-0 read
-        if not m.shape_only:
-            T.write(res, T.array(x))
-        I.record(m, COPY, "broadcast_to", (VECTOR, SCALAR), res, res, None, None, [x], line, "copy")
-        return res
-    if x._shape[0] != 1:
-        raise errors.PartitionMismatchError(
-            f"cannot broadcast {list(x._shape)} to {list(shape)}: the partition dimension can only be broadcast from 1")
-    P = shape[0]
-    free_shape = shape[1:]
-    F = T.prod(free_shape)
-    if not m.shape_only:
-        T.write(res, T.array(x))
-    chunk = 512
-    n_chunks = -(-F // chunk)
-    for c in range(n_chunks):
-        f0, f1 = c * chunk, builtins.min(F, (c + 1) * chunk)
-        ps = I.new_result((P, f1 - f0), F32, PSUM, MM_BCAST, line)
-        sub = _flat_box(free_shape, f0, f1)
-        xs = x if x._shape[1:] == (1,) * len(free_shape) else T.restrict(x, ((0, 1),) + sub, x._shape)
-        mm = MatmulInfo(1, P, f1 - f0, False, stationary_onezero=True)
-        I.record(m, MM_BCAST, "broadcast_to", (TENSOR,), ps, ps, None, None, [xs], line, "", partitions=1,
-                 free=f1 - f0, mm=mm)
-        ps._b.fresh.state = ps._b.fresh.USED
-        rbox = ((0, P),) + sub
-        rv = T.restrict(res, rbox, shape)
-        ins = m.emit(COPY, "broadcast_to", (VECTOR, SCALAR), res._b.dtname, ("float32",), P, f1 - f0,
-                     (T.region(ps),), (T.region(rv),), line, "copy", None, None, 1, False)
-        f.writers.append((ins, 0, rbox, T.region(rv)))
-    f.kind = COPY
-    return res
+    """Broadcast a tile to `shape` (see core.engines.broadcast)."""
+    return E.broadcast("broadcast_to", src, shape, I.where() if _line is None else _line)
 
 
-def _flat_box(free_shape: tuple[int, ...], f0: int, f1: int) -> tuple[tuple[int, int], ...]:
-    """Bounding box (over the free dims) of flat free positions [f0, f1)."""
-    if len(free_shape) == 1:
-        return ((f0, f1),)
-    first = np.unravel_index(f0, free_shape)
-    last = np.unravel_index(f1 - 1, free_shape)
-    out, same = [], True
-    for a, z, n in zip(first, last, free_shape):
-        out.append((int(a), int(z) + 1) if same else (0, n))
-        same = same and a == z
-    return tuple(out)
+def tensor_method(t: NkiTensor, name: str):
+    """The legacy front-end's `method` handler: legacy tensors have one view method,
+    `reshape`, on HBM tensors only."""
+    if name == "reshape":
+        return lambda shape: T.reshape(t, tuple(int(n) for n in (shape if isinstance(shape, (tuple, list)) else (shape,))))
+    return no_method(t, name)
 
 
 # --- loop reductions and misc ------------------------------------------------------------------------------

@@ -199,4 +199,5 @@ FRONTEND = runtime.FrontEnd(
     unwrap=_unwrap,
     is_mutable=is_mutable_annotation,
     kernel_globals={"range": kernel_range},
+    method=language.tensor_method,
 )

@@ -1,0 +1,174 @@
+"""`import nki...` resolved to the emulator, in the current process only, and the current
+front-end as the core sees it (`FRONTEND`).
+
+`install_nki()` puts module objects named `nki`, `nki.language`, `nki.isa` and `nki.typing`
+into `sys.modules` (the `nki` names on PyPI are placeholders, so nothing real is hidden).
+Names the emulator does not implement raise `UnsupportedApiError` naming them; names only the
+legacy dialect has raise `LegacyConstructError` naming the current way. `@nki.jit` kernels
+called with NumPy arrays, and `nki.simulate(kernel)(arrays)`, run through `core.launch`.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.machinery
+import sys
+import types
+from collections.abc import Callable
+from typing import Any
+
+from .. import errors
+from ..core import launch, runtime
+from . import isa, language, views
+
+_MARK = "__nki_emulator__"
+
+# Legacy-only names and what the current dialect uses instead.
+LEGACY = {
+    "par_dim": "the partition dimension is always dim 0 of an on-chip tensor",
+    "arange": "index with integers, slices and nl.ds(start, size)",
+    "mgrid": "index with integers, slices and nl.ds(start, size)",
+    "loop_reduce": "accumulate with nisa.tensor_tensor(dst=acc, data1=acc, data2=x, op=nl.add)",
+    "simulate_kernel": "nki.simulate(kernel)(*arrays)",
+    "baremetal": "call the @nki.jit kernel with NumPy arrays",
+    "benchmark": "call the @nki.jit kernel with NumPy arrays (the performance model times it)",
+    "profile": "call the @nki.jit kernel with NumPy arrays (the performance model times it)",
+    "mutable_tensor": "kernel inputs are writable; annotate with nki.typing.tensor",
+}
+
+
+class Kernel:
+    """A kernel under `@nki.jit`: calling it with arrays runs the emulator (inside a running
+    kernel it is just called, inlined); `kernel[lnc]` sets the logical-core degree."""
+
+    def __init__(self, func: Callable, lnc: int = 1, **options):
+        self._func = func
+        self._lnc = lnc
+        self._options = options
+        functools.update_wrapper(self, func)
+
+    def __call__(self, *args, **kwargs):
+        if runtime.current() is not None:
+            return self._func(*args, **kwargs)
+        self._check_lnc()
+        return launch.simulate(FRONTEND, self._func, args, kwargs).outputs
+
+    def __getitem__(self, lnc):
+        if not isinstance(lnc, int) or lnc < 1:
+            raise errors.OperandTypeError(f"kernel[lnc]: the logical-core degree must be a positive integer, got {lnc!r}")
+        return Kernel(self._func, lnc, **self._options)
+
+    def _check_lnc(self) -> None:
+        if self._lnc != 1:
+            raise errors.UnsupportedApiError(
+                f"launching with {self._lnc} logical cores (kernel[{self._lnc}]) is not supported by the emulator; "
+                f"launch with kernel[1] or plain kernel(...)", *errors.kernel_location(1))
+
+
+def jit(fn=None, **options):
+    """`@nki.jit` / `@nki.jit(...)`."""
+    if fn is None:
+        return lambda f: Kernel(unwrap(f), **options)
+    return Kernel(unwrap(fn), **options)
+
+
+def unwrap(fn):
+    return fn._func if isinstance(fn, Kernel) else fn
+
+
+def simulate(kernel):
+    """`nki.simulate(kernel)(*arrays)`: run on the emulator, return NumPy outputs."""
+    k = kernel if isinstance(kernel, Kernel) else Kernel(kernel)
+
+    def run(*args, **kwargs):
+        k._check_lnc()
+        return launch.simulate(FRONTEND, k._func, args, kwargs).outputs
+    return functools.wraps(k._func)(run)
+
+
+class _TensorType:
+    """`nki.typing.tensor[...]` annotations."""
+
+    __slots__ = ("_shape",)
+
+    def __init__(self, shape=None):
+        self._shape = shape
+
+    def __getitem__(self, item):
+        return _TensorType(item)
+
+    def __repr__(self) -> str:
+        return "nki.typing.tensor" + (f"[{self._shape}]" if self._shape is not None else "")
+
+
+def _fallback(module_name: str, lazy: Callable | None):
+    def __getattr__(name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        if lazy is not None:
+            try:
+                return lazy(name)
+            except AttributeError:
+                pass
+        where = errors.kernel_location(1)
+        if name in LEGACY:
+            raise errors.LegacyConstructError(
+                f"'{module_name}.{name}' is legacy NKI (neuronxcc.nki); in the current NKI, {LEGACY[name]}", *where)
+        raise errors.UnsupportedApiError(f"'{module_name}.{name}' is not supported by the NKI emulator", *where)
+    return __getattr__
+
+
+def _module(name: str, attrs: dict[str, Any], package: bool = False, lazy: Callable | None = None) -> types.ModuleType:
+    mod = types.ModuleType(name, f"NKI emulator stand-in for `{name}` (fitness.simulator, current dialect).")
+    mod.__spec__ = importlib.machinery.ModuleSpec(name, None, origin="fitness.simulator (NKI emulator)",
+                                                  is_package=package)
+    if package:
+        mod.__path__ = []
+    mod.__dict__.update(attrs)
+    setattr(mod, _MARK, True)
+    mod.__getattr__ = _fallback(name, lazy)
+    return mod
+
+
+def build_modules() -> dict[str, types.ModuleType]:
+    """Fresh module objects for the `nki` namespace."""
+    nl = _module("nki.language", {n: getattr(language, n) for n in language.EXPORTS}, lazy=language.__getattr__)
+    nisa = _module("nki.isa", {n: getattr(isa, n) for n in isa.EXPORTS})
+    nt = _module("nki.typing", {"tensor": _TensorType()})
+    nki = _module("nki", {"jit": jit, "simulate": simulate, "language": nl, "isa": nisa, "typing": nt},
+                  package=True)
+    return {"nki": nki, "nki.language": nl, "nki.isa": nisa, "nki.typing": nt}
+
+
+def install_nki() -> None:
+    """Make `import nki...` resolve to the emulator in this process (idempotent)."""
+    present = sys.modules.get("nki")
+    if present is not None and getattr(present, _MARK, False):
+        return
+    sys.modules.update(build_modules())
+
+
+def uninstall_nki() -> None:
+    """Remove the emulator's `nki` modules from `sys.modules` (tests)."""
+    for name in [n for n in sys.modules if n == "nki" or n.startswith("nki.")]:
+        if getattr(sys.modules[name], _MARK, False):
+            del sys.modules[name]
+
+
+# The current dialect as the core sees it: no loop rules (all loops are Python ranges,
+# unrolled, so tiles created in a loop body may be used after it), kernel inputs are writable, tensors have view methods, and Python `range` is an
+# unrolled loop.
+FRONTEND = runtime.FrontEnd(
+    name="current",
+    getitem=views.getitem,
+    setitem=views.setitem,
+    augmented=views.augmented,
+    operator=language.operator,
+    broadcast_to=language.tensor_broadcast_to,
+    install=install_nki,
+    unwrap=unwrap,
+    is_mutable=lambda annotation: True,
+    kernel_globals={"range": language.kernel_range},
+    method=views.method,
+    loop_rules=False,
+)
