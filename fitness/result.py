@@ -45,7 +45,12 @@ class EvalResult:
         return self.status == OK
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The fields as a dict; an undecided dialect is left out, as in records written before
+        results had one (so that a resumed old run writes the records it wrote)."""
+        data = dataclasses.asdict(self)
+        if data["dialect"] is None:
+            del data["dialect"]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "EvalResult":
