@@ -99,9 +99,10 @@ REMAINDER_SHAPES = [
 
 
 @pytest.mark.slow
-def test_every_example_problem_baseline_passes_also_with_partial_tiles(tmp_path):
+def test_every_example_problem_baseline_passes_at_its_default_shape_and_with_partial_tiles(tmp_path):
     assert sorted({name for name, _ in REMAINDER_SHAPES}) == example_names()
-    specs = [make_spec(name, "tiny", params) for name, params in REMAINDER_SHAPES]
+    specs = [make_spec(name) for name in example_names()]
+    specs += [make_spec(name, "tiny", params) for name, params in REMAINDER_SHAPES]
     settings = EvalSettings(backend="simulator", seeds=(0,), heldout_seeds=(5,), timeout_s=300.0,
                             memory_limit_mb=4096, workers=2)
     with Evaluator(settings, run_dir=tmp_path) as ev:
