@@ -59,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("kernel", metavar="KERNEL.py")
     ev.add_argument("--problem", required=True, metavar="NAME")
     ev.add_argument("--suite-dir", metavar="PATH", help="a folder in the official NKIBench layout")
+    ev.add_argument("--kernel", dest="function", metavar="FUNCTION",
+                    help="the function of the file to evaluate (default: kernel), e.g. one of an SDK example's")
+    ev.add_argument("--shape", metavar="NAME", help="named shape of the problem (default: run.shape, paper)")
     ev.add_argument("--backend", choices=config_mod.BACKENDS)
     ev.add_argument("--json", action="store_true", help="print the EvalResult as one JSON object")
     _config_flags(ev)
@@ -135,13 +138,21 @@ def cmd_eval(args: argparse.Namespace) -> int:
         source = path.read_text()
     except OSError as exc:
         raise UserError(f"cannot read kernel file '{path}': {exc.strerror or exc}") from None
+    from fitness.entry import EntryError, select
     from fitness.references import ReferenceError as ReferenceFailure
 
     from .runner import load_problems, open_evaluator, problem_specs
 
+    if args.function:
+        try:
+            source = select(source, args.function)
+        except EntryError as exc:
+            raise UserError(f"{path}: {exc}") from None
     overrides: dict[str, Any] = {"run": {"problems": [args.problem]}}
     if args.suite_dir:
         overrides["run"]["suite_dir"] = args.suite_dir
+    if args.shape:
+        overrides["run"]["shape"] = args.shape
     if args.backend:
         overrides["evaluation"] = {"backend": args.backend}
     cfg = _resolve(args, overrides)
@@ -158,11 +169,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+DIALECT_IMPORTS = {"legacy": "import neuronxcc.nki", "current": "import nki"}
+
+
 def _describe_result(r: Any) -> str:
+    dialect = f"dialect: {r.dialect} ({DIALECT_IMPORTS[r.dialect]})\n" if r.dialect else ""
     if not r.ok:
-        return f"{r.status}: {r.error}"
+        return f"{dialect}{r.status}: {r.error}"
     pct = f", {r.percent_of_peak:.1f}% of peak" if r.percent_of_peak is not None else ", % of peak unknown"
-    lines = [f"ok: {r.latency_ms:.4f} ms ({figure_label(r.backend, r.target)}), speedup {r.speedup:.3f}x{pct}"]
+    speedup = f"speedup {r.speedup:.3f}x" if r.speedup is not None else "speedup unknown (the baseline failed)"
+    lines = [f"{dialect}ok: {r.latency_ms:.4f} ms ({figure_label(r.backend, r.target)}), {speedup}{pct}"]
     if r.profile.get("bottleneck"):
         lines.append(str(r.profile["bottleneck"]))
     return "\n".join(lines)
@@ -177,6 +193,10 @@ def cmd_problems(args: argparse.Namespace) -> int:
     except ProblemError as exc:
         raise UserError(str(exc)) from None
     print(json.dumps(rows, indent=1) if args.json else format_problem_table(rows))
+    if not args.json and not args.suite_dir:
+        from nkibench.registry import example_names
+
+        print(f"NKI SDK example problems (current nki dialect, nkibench/examples): {', '.join(example_names())}")
     return 0
 
 

@@ -60,12 +60,17 @@ def python_roots() -> list[str]:
 
 
 def install(readable_files: Iterable[str | Path], readable_dirs: Iterable[str | Path], workdir: str | Path,
-            allow_exec: bool = False) -> None:
+            allow_exec: bool = False, provided: Iterable[str] = ()) -> None:
     """Install the guard for the rest of this process's life.
 
     `allow_exec` is for the trainium backend, whose compiler and runtime read the SDK's files,
     start programs and talk to the Neuron driver: there the guard only keeps this process's
-    writes inside the working directory, and the static policy is the main line."""
+    writes inside the working directory, and the static policy is the main line.
+    `provided` names top-level packages the backend has put in `sys.modules` itself (the
+    emulator's `neuronxcc` and `nki`): importing one of them or their submodules anew, from
+    disk (a real SDK, PyPI's placeholder `nki`), is refused, so that a kernel never runs on
+    anything but the modules it was given."""
+    in_memory = frozenset(provided)
     files = frozenset(os.path.realpath(p) for p in readable_files)
     roots = tuple(os.path.join(os.path.realpath(p), "") for p in readable_dirs)
     work = os.path.join(os.path.realpath(workdir), "")
@@ -107,6 +112,9 @@ def install(readable_files: Iterable[str | Path], readable_dirs: Iterable[str | 
             top = str(args[0]).split(".")[0] if args else ""
             if top in _DENIED_IMPORTS:
                 raise SandboxViolation(f"sandbox: importing '{args[0]}' is not allowed")
+            if top in in_memory:
+                raise SandboxViolation(f"sandbox: importing '{args[0]}' from disk is not allowed (the simulator "
+                                       f"provides the {top} modules a kernel may use)")
             return
         if event in _EXEC_EVENTS:
             raise SandboxViolation(f"sandbox: starting a process ({event}) is not allowed")

@@ -1,7 +1,9 @@
 """Static policy check of a kernel's source (AST), before anything of it runs.
 
 A kernel computes through NKI calls; it needs numpy (dtypes and NumPy operators passed to NKI),
-math and the `neuronxcc.nki` modules, nothing else. Everything that could reach the host
+math and the NKI modules of its dialect (`neuronxcc.nki` legacy, `nki` current; its imports
+decide, see fitness.simulator.dialect), nothing else. A source importing both dialects is
+refused. Everything that could reach the host
 (files, processes, sockets, the interpreter's internals) is refused here, so that a refused
 source gets the status `rejected` with the offending line. This is the first of several
 layers: the sandboxed worker (limits, scrubbed environment, audit hook) still assumes the
@@ -11,16 +13,20 @@ kernel is hostile.
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from .simulator.dialect import Dialect, DialectError, detect_tree, imports
 
 MAX_SOURCE_CHARS = 200_000
 
-# Modules a kernel may import; `numpy` and `math` by name, the NKI namespaces as packages.
-NKI_MODULES = frozenset({
-    "neuronxcc", "neuronxcc.nki", "neuronxcc.nki.language", "neuronxcc.nki.isa",
-    "neuronxcc.nki.typing", "neuronxcc.nki.compiler",
-    "nki", "nki.language", "nki.isa", "nki.typing", "nki.compiler",
-})
+# Modules a kernel may import; `numpy` and `math` by name, the NKI namespaces of each dialect
+# as packages (one dialect per source: importing both is refused before anything else).
+DIALECT_MODULES: dict[Dialect, frozenset[str]] = {
+    "legacy": frozenset({"neuronxcc", "neuronxcc.nki", "neuronxcc.nki.language", "neuronxcc.nki.isa",
+                         "neuronxcc.nki.typing", "neuronxcc.nki.compiler"}),
+    "current": frozenset({"nki", "nki.language", "nki.isa", "nki.typing", "nki.compiler"}),
+}
+NKI_MODULES = DIALECT_MODULES["legacy"] | DIALECT_MODULES["current"]
 ALLOWED_MODULES = NKI_MODULES | {"numpy", "math"}
 
 # Names and attribute names that are the usual ways out of a sandbox (modules a kernel could
@@ -75,10 +81,12 @@ NKI_NAMESPACES = frozenset({"nki", "language", "isa", "typing", "compiler", "til
 
 
 # The conventional aliases count as modules even without an import (the emulator may provide
-# them), so that their attribute rules still apply.
-DEFAULT_ALIASES = {
-    "np": "numpy", "math": "math", "nki": "neuronxcc.nki", "nl": "neuronxcc.nki.language",
-    "nisa": "neuronxcc.nki.isa", "nt": "neuronxcc.nki.typing",
+# them), so that their attribute rules still apply; the NKI ones name the source's dialect.
+NKI_PACKAGE: dict[Dialect, str] = {"legacy": "neuronxcc.nki", "current": "nki"}
+DEFAULT_ALIASES: dict[Dialect, dict[str, str]] = {
+    dialect: {"np": "numpy", "math": "math", "nki": package, "nl": f"{package}.language",
+              "nisa": f"{package}.isa", "nt": f"{package}.typing"}
+    for dialect, package in NKI_PACKAGE.items()
 }
 
 
@@ -93,37 +101,57 @@ class Violation:
         return f"{where} -- {self.what}"
 
 
+@dataclass(frozen=True)
+class Review:
+    """The policy's verdict on one source: its NKI dialect (None when it imports both, or was
+    not read) and every violation, in line order; no violations = accepted."""
+
+    dialect: Dialect | None
+    violations: list[Violation] = field(default_factory=list)
+
+
 def check(source: str) -> list[Violation]:
-    """Every policy violation of `source`, in line order; [] = accepted.
+    """Every policy violation of `source`, in line order; [] = accepted (see `review`)."""
+    return review(source).violations
+
+
+def review(source: str, default: Dialect = "legacy") -> Review:
+    """The source's dialect (`default` when it imports no NKI module) and its violations. A
+    source importing both dialects has that one violation.
 
     Raises SyntaxError (with its line) when the source does not parse: that is a
     compile error, not a policy matter.
     """
     if len(source) > MAX_SOURCE_CHARS:
-        return [Violation(1, f"the source has {len(source)} characters (at most {MAX_SOURCE_CHARS})")]
+        return Review(None, [Violation(1, f"the source has {len(source)} characters (at most {MAX_SOURCE_CHARS})")])
     try:
         tree = ast.parse(source, filename="kernel.py")
     except (RecursionError, MemoryError):
-        return [Violation(1, "the source is nested too deeply to be checked")]
+        return Review(None, [Violation(1, "the source is nested too deeply to be checked")])
     except ValueError as exc:  # e.g. null bytes
         raise SyntaxError(str(exc)) from None
-    checker = _Checker(_module_aliases(tree))
+    lines = source.splitlines()
+
+    def violation(line: int, what: str) -> Violation:
+        code = lines[line - 1].strip() if 0 < line <= len(lines) else ""
+        return Violation(line, what, code[:160])
+
+    try:
+        dialect = detect_tree(tree, default)
+    except DialectError as exc:
+        return Review(None, [violation(max(imports(tree).values()), str(exc))])
+    checker = _Checker(_module_aliases(tree, dialect), dialect)
     try:
         checker.visit(tree)
     except RecursionError:
-        return [Violation(1, "the source is nested too deeply to be checked")]
-    lines = source.splitlines()
-    found = []
+        return Review(dialect, [Violation(1, "the source is nested too deeply to be checked")])
     # In source order: for `a.__class__.__base__` the innermost (leftmost) access comes first.
-    for line, _, what in sorted(set(checker.found)):
-        code = lines[line - 1].strip() if 0 < line <= len(lines) else ""
-        found.append(Violation(line, what, code[:160]))
-    return found
+    return Review(dialect, [violation(line, what) for line, _, what in sorted(set(checker.found))])
 
 
-def _module_aliases(tree: ast.AST) -> dict[str, str]:
+def _module_aliases(tree: ast.AST, dialect: Dialect) -> dict[str, str]:
     """Local name -> allowed module it is bound to, from every import of the source."""
-    aliases = dict(DEFAULT_ALIASES)
+    aliases = dict(DEFAULT_ALIASES[dialect])
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for a in node.names:
@@ -139,9 +167,10 @@ def _module_aliases(tree: ast.AST) -> dict[str, str]:
 
 
 class _Checker(ast.NodeVisitor):
-    def __init__(self, modules: dict[str, str]) -> None:
+    def __init__(self, modules: dict[str, str], dialect: Dialect) -> None:
         self.found: list[tuple[int, int, str]] = []   # (line, end column, what)
         self.modules = modules                  # local name -> module it is bound to
+        self.dialect = dialect
         self._attribute_bases: set[int] = set()
 
     def refuse(self, node: ast.AST, what: str) -> None:
@@ -154,7 +183,7 @@ class _Checker(ast.NodeVisitor):
         top = module.split(".")[0]
         hint = f"no {top}: " if top in ESCAPE_NAMES else ""
         self.refuse(node, f"import of module '{module}' is not allowed ({hint}a kernel may import only numpy, "
-                          "math and the neuronxcc.nki modules)")
+                          f"math and the {NKI_PACKAGE[self.dialect]} modules)")
         return False
 
     def visit_Import(self, node: ast.Import) -> None:

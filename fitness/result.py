@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .simulator.dialect import Dialect
 
 OK = "ok"
 REJECTED = "rejected"              # the static policy refused the source
@@ -31,6 +34,7 @@ class EvalResult:
     cached: bool = False
     kernel_id: str = ""
     problem: str = ""
+    dialect: "Dialect | None" = None      # the NKI dialect the source imports (None: not decided, e.g. both)
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -41,7 +45,12 @@ class EvalResult:
         return self.status == OK
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The fields as a dict; an undecided dialect is left out, as in records written before
+        results had one (so that a resumed old run writes the records it wrote)."""
+        data = dataclasses.asdict(self)
+        if data["dialect"] is None:
+            del data["dialect"]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "EvalResult":

@@ -200,12 +200,23 @@ class Evaluator:
         return result
 
     def _compute(self, spec: ProblemSpec, source: str) -> EvalResult:
+        """The static policy decides the source's dialect once; the result records it."""
         try:
-            violations = policy.check(source)
+            verdict = policy.review(source)
         except SyntaxError as exc:
             return EvalResult(COMPILE_ERROR, policy.syntax_error_message(exc))
-        if violations:
-            return EvalResult(REJECTED, f"policy: {violations[0]}")
+        refusal = backends.dialect_refusal(self.backend, verdict.dialect)
+        if verdict.violations:
+            result = EvalResult(REJECTED, f"policy: {verdict.violations[0]}")
+        elif refusal:
+            result = EvalResult(COMPILE_ERROR, refusal)
+        else:
+            result = self._judge_source(spec, source)
+        result.dialect = verdict.dialect
+        return result
+
+    def _judge_source(self, spec: ProblemSpec, source: str) -> EvalResult:
+        """Judge an accepted source: reference data, sandboxed kernel process, latency."""
         problem = load(spec)
         cases = self._cases(spec)
         references = [np.load(p, mmap_mode="r") for p in cases[0].data.expected]

@@ -77,7 +77,7 @@ def evaluate(request: dict[str, Any], send: Send) -> None:
     if suite_dir:
         readable_dirs.append(suite_dir)
     guard.install([p for case in cases for p in case["inputs"] if isinstance(p, str)], readable_dirs, Path.cwd(),
-                  allow_exec=runner.allow_exec)
+                  allow_exec=runner.allow_exec, provided=_emulated_roots(request["backend"]))
 
     expected = request.get("outputs", [])
     if expected and not runner.allow_exec:
@@ -124,6 +124,15 @@ def evaluate(request: dict[str, Any], send: Send) -> None:
         return
     send(event="done", latency_ms=latency, profile=profile, dtypes=dtypes,
          artifacts=list(getattr(runner, "artifacts", [])))
+
+
+def _emulated_roots(backend: str) -> tuple[str, ...]:
+    """The NKI packages the simulator puts in sys.modules (both dialects'); none elsewhere."""
+    if backend != "simulator":
+        return ()
+    from .simulator.dialect import ROOTS
+
+    return tuple(ROOTS.values())
 
 
 def save_outputs(raw: Any, case: int, expected: list[dict[str, Any]] | None = None) -> tuple[list[str], bool]:

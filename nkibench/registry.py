@@ -1,4 +1,5 @@
-"""Finding problems by name: built-in modules, or a folder in the official NKIBench layout."""
+"""Finding problems by name: built-in modules (the NKIBench problems in `problems/`, the SDK
+examples' problems in `examples/`), or a folder in the official NKIBench layout."""
 
 from __future__ import annotations
 
@@ -7,25 +8,39 @@ import importlib
 import pkgutil
 from pathlib import Path
 
+from . import examples as _examples_pkg
 from . import problems as _problems_pkg
 from .problem import BuiltinProblem, Problem, ProblemSpec
 
 
 BASELINES = Path(__file__).resolve().parent / "baselines"   # package data: the baseline kernels
+EXAMPLE_BASELINES = Path(_examples_pkg.__file__).resolve().parent / "baselines"
 
 
 class ProblemError(ValueError):
     """A problem name, shape or suite folder that cannot be used; the message says why."""
 
 
+def _names(package) -> list[str]:
+    return sorted(m.name for m in pkgutil.iter_modules(package.__path__) if not m.name.startswith("_"))
+
+
 def builtin_names() -> list[str]:
-    return sorted(m.name for m in pkgutil.iter_modules(_problems_pkg.__path__) if not m.name.startswith("_"))
+    """The NKIBench problems (what `run` optimizes by default)."""
+    return _names(_problems_pkg)
+
+
+def example_names() -> list[str]:
+    """The problems of the NKI SDK examples (current `nki` dialect), named apart from NKIBench's."""
+    return _names(_examples_pkg)
 
 
 def _module(name: str):
-    if name not in builtin_names():
-        raise ProblemError(f"unknown problem '{name}' (built-in: {', '.join(builtin_names())})")
-    return importlib.import_module(f"{_problems_pkg.__name__}.{name}")
+    for package in (_problems_pkg, _examples_pkg):
+        if name in _names(package):
+            return importlib.import_module(f"{package.__name__}.{name}")
+    raise ProblemError(f"unknown problem '{name}' (built-in: {', '.join(builtin_names())}; SDK examples: "
+                       f"{', '.join(example_names())})")
 
 
 def shape_names(name: str) -> list[str]:
@@ -66,7 +81,7 @@ def load(spec: ProblemSpec) -> Problem:
 
         return load_official(spec)
     mod = _module(spec.name)
-    baseline = BASELINES / mod.BASELINE
+    baseline = (EXAMPLE_BASELINES if spec.name in example_names() else BASELINES) / mod.BASELINE
     return BuiltinProblem(
         spec=spec,
         module=mod,

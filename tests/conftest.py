@@ -9,14 +9,26 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 NKIBENCH_DIR = SHARED / "nkibench"
+NKI_EXAMPLES_DIR = SHARED / "nki-examples"
+
+
+def _shared(folder: Path, marker: str, what: str) -> Path:
+    if not (folder / marker).is_file():
+        pytest.skip(f"{what} is absent ({folder} has no {marker})")
+    return folder
 
 
 @pytest.fixture(scope="session")
 def nkibench_dir() -> Path:
     """The official NKIBench release (../shared/nkibench); tests needing it skip without it."""
-    if not (NKIBENCH_DIR / "summary.json").is_file():
-        pytest.skip(f"the official NKIBench folder is absent ({NKIBENCH_DIR} has no summary.json)")
-    return NKIBENCH_DIR
+    return _shared(NKIBENCH_DIR, "summary.json", "the official NKIBench folder")
+
+
+@pytest.fixture(scope="session")
+def nki_examples_dir() -> Path:
+    """The NKI SDK's current-dialect examples (../shared/nki-examples); tests needing them skip
+    without them."""
+    return _shared(NKI_EXAMPLES_DIR, "README.md", "the NKI SDK examples folder")
 
 
 # The scripted OpenAI-compatible server (tests/llm_server.py) for every test folder.

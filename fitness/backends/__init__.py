@@ -102,6 +102,19 @@ def choose(requested: str, host: NeuronHost | None = None) -> tuple[str, str]:
     return "trainium", f"auto: Neuron SDK and {host.cores} NeuronCore(s) on {len(host.devices)} device(s)"
 
 
+# The NKI dialects each backend runs (fitness.simulator.dialect); the trainium path for the
+# current dialect (nki.jit + neuron-explorer, Neuron >= 2.29) is not written yet.
+DIALECTS: dict[str, tuple[str, ...]] = {"simulator": ("legacy", "current"), "trainium": ("legacy",)}
+
+
+def dialect_refusal(backend: str, dialect: str | None) -> str:
+    """Why `backend` cannot run a kernel of `dialect` (one line), or "" when it can."""
+    if dialect is None or dialect in DIALECTS.get(backend, (dialect,)):
+        return ""
+    return (f"the {backend} backend runs legacy-dialect kernels (neuronxcc.nki) only; this kernel is written in "
+            f"the {dialect} dialect (import nki), which only the simulator backend runs for now")
+
+
 class Runner(Protocol):
     """Worker side of a backend, used inside the sandboxed kernel process."""
 

@@ -4,7 +4,9 @@ Replies come in every shape: one fenced block with or without a language tag, se
 (an explanation snippet, then the kernel; or constants and kernel split apart), an unclosed
 fence, no fence at all with prose before and after the code, reasoning wrapped in
 <think>...</think>. The kernel is the last block that parses as Python and defines `kernel`,
-joined with earlier blocks that define names it uses; missing standard NKI imports are added.
+joined with earlier blocks that define names it uses; missing standard NKI imports are added,
+in the dialect the reply imports, else in the dialect of the kernel it was asked to change (so
+that a reply is never turned into a file importing both dialects).
 No usable code gives None, never an exception.
 """
 
@@ -23,12 +25,15 @@ CODE_START_RE = re.compile(r"^(import |from |@nki\.jit|@jit|def kernel\b|[A-Z][A
 NON_PYTHON_TAGS = {"text", "txt", "bash", "sh", "shell", "console", "json", "yaml", "toml", "diff", "markdown",
                    "md", "c", "cpp", "cuda"}
 
+# The import line of each conventional alias, per NKI dialect (legacy `neuronxcc.nki`, current
+# `nki`); which dialect a source is written in, its imports say (top-level package -> dialect).
 STANDARD_IMPORTS = {
-    "np": "import numpy as np",
-    "nki": "import neuronxcc.nki as nki",
-    "nl": "import neuronxcc.nki.language as nl",
-    "nisa": "import neuronxcc.nki.isa as nisa",
+    "legacy": {"np": "import numpy as np", "nki": "import neuronxcc.nki as nki",
+               "nl": "import neuronxcc.nki.language as nl", "nisa": "import neuronxcc.nki.isa as nisa"},
+    "current": {"np": "import numpy as np", "nki": "import nki",
+                "nl": "import nki.language as nl", "nisa": "import nki.isa as nisa"},
 }
+DIALECT_OF_PACKAGE = {"neuronxcc": "legacy", "nki": "current"}
 
 
 # CPython 3.11's ast.parse is not safe to call from several threads at once (it can fail with
@@ -103,11 +108,32 @@ def _unbound(source: str) -> set[str]:
     except (SyntaxError, ValueError):
         return set()
     read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-    return read - _bound(source) - set(dir(builtins)) - set(STANDARD_IMPORTS)
+    return read - _bound(source) - set(dir(builtins)) - set(STANDARD_IMPORTS["legacy"])
 
 
-def _with_imports(source: str) -> str:
-    """Prepend the standard import of every NKI alias the code uses but does not import."""
+def dialect_of(source: str, default: str = "legacy") -> str:
+    """The NKI dialect whose modules `source` imports; `default` when it imports none or both."""
+    try:
+        tree = _parse(source)
+    except (SyntaxError, ValueError):
+        return default
+    found = {DIALECT_OF_PACKAGE.get(name.split(".")[0]) for name in _imported_modules(tree)} - {None}
+    return found.pop() if len(found) == 1 else default
+
+
+def _imported_modules(tree: ast.AST) -> list[str]:
+    modules: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules.extend(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            modules.append(node.module)
+    return modules
+
+
+def _with_imports(source: str, dialect: str) -> str:
+    """Prepend the standard import of every NKI alias the code uses but does not import, in the
+    dialect the code imports already (`dialect` when it imports none)."""
     try:
         tree = _parse(source)
     except SyntaxError:
@@ -120,7 +146,8 @@ def _with_imports(source: str) -> str:
                 bound.add((alias.asname or alias.name).split(".")[0])
         elif isinstance(node, ast.Name):
             used.add(node.id)
-    missing = [line for alias, line in STANDARD_IMPORTS.items() if alias in used and alias not in bound]
+    lines = STANDARD_IMPORTS[dialect_of(source, dialect)]
+    missing = [line for alias, line in lines.items() if alias in used and alias not in bound]
     return ("\n".join(missing) + "\n\n" + source) if missing else source
 
 
@@ -141,8 +168,9 @@ def _unfenced(text: str) -> str | None:
     return None
 
 
-def extract_kernel(reply: str) -> Extraction | None:
-    """The kernel source in a reply, or None when the reply has no usable kernel."""
+def extract_kernel(reply: str, dialect: str = "legacy") -> Extraction | None:
+    """The kernel source in a reply, or None when the reply has no usable kernel; `dialect` is
+    that of the kernel the reply changes (for the imports a reply leaves out)."""
     text = strip_reasoning(reply or "")
     if not text:
         return None
@@ -156,11 +184,11 @@ def extract_kernel(reply: str) -> Extraction | None:
             if extra:
                 joined = "\n\n".join(extra + [body.strip()])
                 if _parses(joined):
-                    return Extraction(_with_imports(joined) + "\n", "fenced-joined")
-            return Extraction(_with_imports(body.strip()) + "\n", "fenced")
+                    return Extraction(_with_imports(joined, dialect) + "\n", "fenced-joined")
+            return Extraction(_with_imports(body.strip(), dialect) + "\n", "fenced")
     found = _unfenced(text)
     if found is not None:
-        return Extraction(_with_imports(found) + "\n", "unfenced")
+        return Extraction(_with_imports(found, dialect) + "\n", "unfenced")
     return None
 
 

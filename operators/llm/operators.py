@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ from . import prompts
 from .budget import Budget, Reservation, Totals
 from .cache import CACHE_DIR, CachedReply, ResponseCache, cache_key, prompt_hash
 from .client import ChatCall, ChatClient, message_chars
-from .extract import extract_kernel, extract_text
+from .extract import dialect_of, extract_kernel, extract_text
 from .ledger import CallRecord, Ledger
 from .settings import BudgetSettings, LLMSettings
 
@@ -48,11 +49,17 @@ CHARS_PER_TOKEN = 4          # for the budget's estimate of a prompt's size befo
 Parsed = tuple[Any, str, str]   # (value or None, outcome, error)
 
 
-def parse_kernel(content: str) -> Parsed:
-    found = extract_kernel(content)
+def parse_kernel(content: str, dialect: str = "legacy") -> Parsed:
+    found = extract_kernel(content, dialect)
     if found is None:
         return None, "no_code", "reply has no usable kernel (no Python code defining kernel)"
     return found.source, "kernel", ""
+
+
+def kernel_parser(source: str, ctx: Context) -> Callable[[str], Parsed]:
+    """parse_kernel for replies that change `source`: imports a reply leaves out are added in
+    the NKI dialect of `source` (of the problem's baseline when `source` imports none)."""
+    return functools.partial(parse_kernel, dialect=dialect_of(source, dialect_of(ctx.baseline_source)))
 
 
 def parse_plan(content: str) -> Parsed:
@@ -116,8 +123,8 @@ class LLMOperators(Operators):
                                                    parse_plan, ctx)))
             elif req.kind == CROSSOVER and len(req.parents) >= 2:
                 a, b = req.parents[0], req.parents[1]
-                cross_jobs.append((i, self._job("crossover", prompts.crossover_messages(a, b, ctx), parse_kernel,
-                                                ctx)))
+                cross_jobs.append((i, self._job("crossover", prompts.crossover_messages(a, b, ctx),
+                                                kernel_parser(a.source, ctx), ctx)))
             else:
                 op = CROSSOVER_OP if req.kind == CROSSOVER else MUTATION_OP
                 why = f"cannot serve a {req.kind} request with {len(ids)} parent(s)"
@@ -134,7 +141,8 @@ class LLMOperators(Operators):
                 continue
             for _ in range(self.settings.samples_per_plan):
                 impl_jobs.append((i, done.value, self._job(
-                    "implementer", prompts.implementer_messages(parent, done.value, ctx), parse_kernel, ctx)))
+                    "implementer", prompts.implementer_messages(parent, done.value, ctx),
+                    kernel_parser(parent.source, ctx), ctx)))
         implemented = self._run([job for _, _, job in impl_jobs])
 
         for (i, plan, _), done in zip(impl_jobs, implemented):
@@ -156,7 +164,7 @@ class LLMOperators(Operators):
     def repair(self, failed: Sequence[tuple[Child, str]], ctx: Context) -> list[Child | None]:
         slots = [i for i, (child, _) in enumerate(failed) if child.source]
         jobs = [self._job("repair", prompts.repair_messages(failed[i][0].source or "", failed[i][1], ctx),
-                          parse_kernel, ctx) for i in slots]
+                          kernel_parser(failed[i][0].source or "", ctx), ctx) for i in slots]
         out: list[Child | None] = [None] * len(failed)
         for i, done in zip(slots, self._run(jobs)):
             child = failed[i][0]

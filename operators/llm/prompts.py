@@ -18,6 +18,7 @@ from typing import Any, Mapping, Sequence
 from .. import base as _base
 from ..diff import kernel_diff
 from ..base import Context, Lesson, Parent
+from .extract import dialect_of
 
 Message = dict[str, str]
 
@@ -115,25 +116,36 @@ def _common(ctx: Context) -> dict[str, str]:
             "lessons": format_lessons(ctx.lessons)}
 
 
+# The system message of the code-writing roles is the NKI dialect's of the problem (its
+# baseline's imports decide): its rules and API notes differ between the two dialects.
+SYSTEM = {"legacy": "system", "current": "system_current"}
+SUMMARIZER_DIALECT = {"legacy": {"dialect": "the legacy `neuronxcc.nki` dialect", "core": " on a NeuronCore-v2"},
+                      "current": {"dialect": "the current `nki` dialect", "core": ""}}
+
+
+def _system(ctx: Context) -> str:
+    return render(SYSTEM[dialect_of(ctx.baseline_source)])
+
+
 def _chat(system: str, user: str) -> list[Message]:
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
 def planner_messages(parent: Parent, ctx: Context) -> list[Message]:
     user = render("planner", kernel=parent.source.strip(), profile=format_profile(parent), **_common(ctx))
-    return _chat(render("system"), user)
+    return _chat(_system(ctx), user)
 
 
 def implementer_messages(parent: Parent, plan: str, ctx: Context) -> list[Message]:
     user = render("implementer", kernel=parent.source.strip(), profile=format_profile(parent), plan=plan.strip(),
                   **_common(ctx))
-    return _chat(render("system"), user)
+    return _chat(_system(ctx), user)
 
 
 def crossover_messages(a: Parent, b: Parent, ctx: Context) -> list[Message]:
     user = render("crossover", kernel_a=a.source.strip(), profile_a=format_profile(a), kernel_b=b.source.strip(),
                   profile_b=format_profile(b), **_common(ctx))
-    return _chat(render("system"), user)
+    return _chat(_system(ctx), user)
 
 
 def repair_messages(source: str, error: str, ctx: Context) -> list[Message]:
@@ -141,7 +153,7 @@ def repair_messages(source: str, error: str, ctx: Context) -> list[Message]:
     if len(message) > MAX_ERROR_CHARS:
         message = message[:MAX_ERROR_CHARS] + "\n... (truncated)"
     user = render("repair", kernel=source.strip(), error=message, **_common(ctx))
-    return _chat(render("system"), user)
+    return _chat(_system(ctx), user)
 
 
 def summarizer_messages(parent: Parent, child: Parent, ratio: float, ctx: Context) -> list[Message]:
@@ -157,7 +169,7 @@ def summarizer_messages(parent: Parent, child: Parent, ratio: float, ctx: Contex
         child=child.source.strip(), child_profile=format_profile(child),
         diff=make_diff(parent.source, child.source), lessons=format_lessons(ctx.lessons),
     )
-    return _chat(render("summarizer_system"), user)
+    return _chat(render("summarizer_system", **SUMMARIZER_DIALECT[dialect_of(ctx.baseline_source)]), user)
 
 
 def messages_key(messages: Sequence[Mapping[str, str]]) -> tuple[tuple[str, str], ...]:

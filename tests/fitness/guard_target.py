@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import types
 
 from fitness import guard
 from fitness.sandbox import apply_limits
@@ -79,9 +80,12 @@ def main() -> None:
 
     for name in request.get("preimport", []):   # modules already loaded when the guard goes on
         __import__(name)
+    for name in request.get("in_memory", []):   # modules a backend built itself, as the emulator does
+        sys.modules[name] = types.ModuleType(name)
+    sys.path[:0] = request.get("sys_path", [])
 
     guard.install(request["files"], guard.python_roots() + request["dirs"], os.getcwd(),
-                  allow_exec=request.get("allow_exec", False))
+                  allow_exec=request.get("allow_exec", False), provided=request.get("provided", []))
     results = [_probe(kind, arg) for kind, arg in request["probes"]]
     channel.write(json.dumps({"results": results}) + "\n")
     channel.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 from fitness import sandbox
@@ -11,12 +12,13 @@ HERE = str(Path(__file__).resolve().parent)
 
 
 def probe(tmp_path: Path, probes: list[tuple[str, str]], files=(), dirs=(), allow_exec=False,
-          preimport=()) -> list[str]:
+          preimport=(), **extra: list[str]) -> list[str]:
+    """Results of `probes` in a guarded process; `extra`: in_memory, sys_path, provided."""
     work = tmp_path / "work"
     work.mkdir()
     got: list[dict] = []
     outcome = sandbox.run("guard_target", {"probes": probes, "files": list(files), "dirs": list(dirs),
-                                           "allow_exec": allow_exec, "preimport": list(preimport)},
+                                           "allow_exec": allow_exec, "preimport": list(preimport), **extra},
                           sandbox.Limits(30, 2048), work, lambda m: got.append(m) is None, path=[HERE])
     assert outcome.returncode == 0, outcome.stderr
     return got[0]["results"]
@@ -83,3 +85,23 @@ def test_an_already_imported_fork_exec_cannot_start_a_process(tmp_path):
     res = probe(tmp_path, [("fork_exec", ""), ("subprocess_alias", "")], preimport=["subprocess"])
     assert res[0] == "refused: sandbox: _posixsubprocess.fork_exec is not allowed"
     assert res[1] == "refused: sandbox: _posixsubprocess.fork_exec is not allowed"
+
+
+def test_nki_modules_come_from_the_simulator_never_from_disk(tmp_path):
+    """A placeholder `nki` package (PyPI's) or a real SDK on the path is what a kernel would
+    import if the emulator's modules were missing; the guard refuses it instead."""
+    site = tmp_path / "site"
+    for package in ("nki", "neuronxcc"):
+        (site / package).mkdir(parents=True)
+        (site / package / "__init__.py").write_text("PLACEHOLDER = True\n")
+    imports = [("import", "nki"), ("import", "neuronxcc"), ("import", "nki.language"), ("import", "json")]
+    guarded = probe(tmp_path, imports, dirs=[str(site)], sys_path=[str(site)], provided=["nki", "neuronxcc"],
+                    in_memory=["neuronxcc"])
+    assert guarded[0] == ("refused: sandbox: importing 'nki' from disk is not allowed (the simulator provides the "
+                          "nki modules a kernel may use)")
+    assert guarded[1] == "allowed"     # the in-memory module, no import from disk
+    assert guarded[2].startswith("refused: sandbox: importing 'nki")
+    assert guarded[3] == "allowed"
+    shutil.rmtree(tmp_path / "work")
+    unguarded = probe(tmp_path, imports[:1], dirs=[str(site)], sys_path=[str(site)])
+    assert unguarded == ["allowed"]    # what the rule prevents: the placeholder imports fine

@@ -125,3 +125,49 @@ def test_huge_or_deeply_nested_sources_are_refused_not_crashing():
     except SyntaxError:
         return   # the parser's own nesting limit: also a clean refusal
     assert found and "nested" in found[0].what
+
+
+CURRENT_HEADER = "import numpy as np\nimport nki\nimport nki.language as nl\nimport nki.isa as nisa\n"
+CURRENT_KERNEL = CURRENT_HEADER + (
+    "@nki.jit\ndef kernel(a):\n"
+    "    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)\n"
+    "    t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)\n"
+    "    nisa.dma_copy(dst=t, src=a)\n"
+    "    nisa.activation(dst=t, op=nl.exp, data=t)\n"
+    "    nisa.dma_copy(dst=out, src=t)\n"
+    "    return out\n")
+
+
+def test_the_review_names_each_sources_dialect():
+    assert policy.review(CURRENT_KERNEL) == policy.Review("current", [])
+    assert policy.review(HEADER + "x = nl.load\n") == policy.Review("legacy", [])
+    # no NKI import: the conventional aliases, of the default dialect
+    assert policy.review("y = nl.exp\n").dialect == "legacy"
+    assert policy.review("y = nl.exp\n", default="current").dialect == "current"
+
+
+def test_default_aliases_follow_the_dialect():
+    assert policy.DEFAULT_ALIASES["current"]["nl"] == "nki.language"
+    assert policy.DEFAULT_ALIASES["legacy"]["nisa"] == "neuronxcc.nki.isa"
+    # attribute chains of a current-dialect alias are checked like the legacy ones
+    found = policy.check(CURRENT_KERNEL + "z = nl.exp.reduce\n")
+    assert found and "not an NKI namespace" in found[0].what
+
+
+def test_a_source_importing_both_dialects_is_refused_with_one_line():
+    src = CURRENT_KERNEL + "import neuronxcc.nki.language as nll\nimport os\n"
+    verdict = policy.review(src)
+    assert verdict.dialect is None and len(verdict.violations) == 1
+    v = verdict.violations[0]
+    from fitness.simulator.dialect import DialectError, detect
+
+    with pytest.raises(DialectError) as raised:
+        detect(src)
+    assert v.what == str(raised.value) and "\n" not in str(v)
+    assert v.line == 13 and v.code == "import neuronxcc.nki.language as nll"
+
+
+@pytest.mark.parametrize("header, modules", [(HEADER, "the neuronxcc.nki modules"), (CURRENT_HEADER, "the nki modules")])
+def test_forbidden_import_messages_name_the_dialects_modules(header, modules):
+    found = policy.check(header + "import json\n")
+    assert found and found[0].what.endswith(f"a kernel may import only numpy, math and {modules})")

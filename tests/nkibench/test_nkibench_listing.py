@@ -72,3 +72,14 @@ def test_every_case_of_a_suite_is_listed(tmp_path, make_suite):
     summary["scale"]["cases"]["1"] = {**case, "values": {"M": 2, "N": 8}}
     (suite / "summary.json").write_text(json.dumps(summary))
     assert [r["params"] for r in problem_rows(str(suite))] == [{"M": 4, "N": 8}, {"M": 2, "N": 8}]
+
+
+def test_the_table_names_the_sdk_example_problems_apart(capsys):
+    from accelopt_evo.cli import main
+    from nkibench.registry import example_names
+
+    assert main(["problems"]) == 0
+    out = capsys.readouterr().out
+    last = out.strip().splitlines()[-1]
+    assert last.startswith("NKI SDK example problems (current nki dialect") and "fused_mamba" in last
+    assert all(name in last for name in example_names()) and not set(example_names()) & set(builtin_names())

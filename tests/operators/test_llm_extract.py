@@ -98,3 +98,39 @@ def test_reasoning_blocks_are_stripped_from_text_replies():
 
 def test_fenced_blocks_reports_tags_in_order():
     assert fenced_blocks("```python\na\n```\n```\nb\n```") == [("python", "a\n"), ("", "b\n")]
+
+
+def test_missing_imports_follow_the_dialect_of_the_kernel_being_changed():
+    from fitness import policy
+
+    bare = "```python\n@nki.jit\ndef kernel(x):\n    t = nl.load(x)\n    return nisa.activation(op=nl.exp, data=t)\n```"
+    current = extract_kernel(bare, "current").source
+    assert current.startswith("import nki\nimport nki.language as nl\nimport nki.isa as nisa\n")
+    assert policy.review(current).dialect == "current"
+    # a reply importing part of one dialect gets the rest in that dialect, whatever the parent's
+    partial = "```python\nimport nki.language as nl\n@nki.jit\ndef kernel(x):\n    return nl.exp(x)\n```"
+    for parent in ("legacy", "current"):
+        source = extract_kernel(partial, parent).source
+        assert source.startswith("import nki\n\nimport nki.language as nl\n"), source
+        assert policy.review(source) == policy.Review("current", [])
+    legacy_partial = partial.replace("import nki.language", "import neuronxcc.nki.language")
+    assert extract_kernel(legacy_partial, "current").source.startswith("import neuronxcc.nki as nki\n")
+
+
+def test_llm_operators_parse_replies_in_the_parents_dialect():
+    import numpy as np
+
+    from operators.base import Context
+    from operators.llm.extract import dialect_of
+    from operators.llm.operators import kernel_parser
+
+    current_parent = "import nki\nimport nki.language as nl\n@nki.jit\ndef kernel(x):\n    return x\n"
+    reply = "```python\n@nki.jit\ndef kernel(x):\n    return nl.exp(x)\n```"
+    ctx = Context("p", "", 1, np.random.default_rng(0), baseline_source=KERNEL)
+    assert dialect_of(KERNEL) == "legacy" and dialect_of(current_parent) == "current"
+    assert dialect_of("import nki\nimport neuronxcc.nki\n", "current") == "current"   # both: the default
+    assert kernel_parser(current_parent, ctx)(reply)[0].startswith("import nki\n")
+    assert kernel_parser(KERNEL, ctx)(reply)[0].startswith("import neuronxcc.nki as nki\n")
+    # a parent importing nothing (a fragment) takes the problem's dialect, from its baseline
+    bare_ctx = Context("p", "", 1, np.random.default_rng(0), baseline_source=current_parent)
+    assert kernel_parser("def kernel(x):\n    return x\n", bare_ctx)(reply)[0].startswith("import nki\n")

@@ -94,3 +94,21 @@ def test_long_errors_and_diffs_are_cut():
     assert "... (truncated)" in user and len(user) < 10_000
     diff = prompts.make_diff("\n".join(map(str, range(100))), "\n".join(f"y{i}" for i in range(100)), max_lines=10)
     assert diff.splitlines()[-1].startswith("... (")
+
+
+def test_prompts_of_a_current_dialect_problem_teach_that_dialect():
+    import dataclasses
+
+    from nkibench.registry import load, make_spec
+
+    current = load(make_spec("tensor_add", "tiny")).baseline_source
+    ctx = dataclasses.replace(context(), baseline_source=current)
+    parent = Parent("p" * 64, current, 1.0, 0.1, 5.0, {})
+    for system, _ in (prompts.planner_messages(parent, ctx), prompts.repair_messages(current, "error", ctx)):
+        text = system["content"]
+        assert "current `nki` dialect" in text and "nisa.dma_copy(dst=" in text and "Never import `neuronxcc`" in text
+        assert "import neuronxcc.nki as nki" not in text and "mask=" not in text
+    summarizer_system = prompts.summarizer_messages(parent, parent, 1.1, ctx)[0]["content"]
+    assert "written in NKI (the current `nki` dialect). You study" in summarizer_system
+    legacy_system = all_messages()["summarizer"][0]["content"]
+    assert "(the legacy `neuronxcc.nki` dialect) on a NeuronCore-v2. You study" in legacy_system
