@@ -1,5 +1,6 @@
 """Every baseline kernel, run by the NKI emulator, against its NumPy reference: at the small
-shape (fast), with each `# tune:` knob value (slow) and at the paper shape (slow)."""
+shape (fast), with each `# tune:` knob value (slow) and at the paper shape (slow). The
+current-dialect (`import nki`) baselines in `nkibench/baselines/nki/` get the same checks."""
 
 from __future__ import annotations
 
@@ -8,10 +9,16 @@ import pytest
 from fitness import policy
 from fitness.gate import check_outputs
 from fitness.simulator import run_kernel
-from nkibench.registry import builtin_names, load, make_spec
+from nkibench.registry import BASELINES, builtin_names, load, make_spec
 from operators.knobs import find_knobs, set_knobs
 
 NAMES = builtin_names()
+NKI_BASELINES = BASELINES / "nki"
+NKI_NAMES = [n for n in NAMES if (NKI_BASELINES / f"{n}.py").exists()]
+
+
+def nki_source(name: str) -> str:
+    return (NKI_BASELINES / f"{name}.py").read_text()
 
 
 def check_baseline(name: str, shape: str, seeds: tuple[int, ...], source: str | None = None) -> None:
@@ -68,3 +75,39 @@ def test_every_baseline_declares_knobs_and_passes_the_static_policy():
 @pytest.mark.parametrize("name", NAMES)
 def test_baseline_at_paper_shape(name):
     check_baseline(name, "paper", (0,))
+
+
+# ---------------------------------------------------------------- current-dialect baselines
+
+@pytest.mark.parametrize("name", NKI_NAMES)
+def test_nki_baseline_at_small_shape(name):
+    check_baseline(name, "small", (0, 21), nki_source(name))
+
+
+@pytest.mark.parametrize("name", NKI_NAMES)
+def test_nki_baseline_declares_knobs_and_passes_the_static_policy(name):
+    source = nki_source(name)
+    assert find_knobs(source), name
+    review = policy.review(source)
+    assert review.dialect == "current" and review.violations == [], (name, review.violations)
+
+
+def _nki_knob_variants():
+    for name in NKI_NAMES:
+        source = nki_source(name)
+        for knob in find_knobs(source).values():
+            for value in knob.choices:
+                if value != knob.value:
+                    yield pytest.param(name, knob.name, value, id=f"nki-{name}-{knob.name}={value}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, knob, value", list(_nki_knob_variants()))
+def test_every_nki_knob_value_is_correct(name, knob, value):
+    check_baseline(name, "small", (0,), set_knobs(nki_source(name), {knob: value}))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", NKI_NAMES)
+def test_nki_baseline_at_paper_shape(name):
+    check_baseline(name, "paper", (0,), nki_source(name))
