@@ -328,8 +328,7 @@ class Engine:
             memory=list(self.memory.entries),
             random_state=[version, list(internal), gauss],
             numpy_state=self.np_rng.bit_generator.state,
-            problems={n: ProblemInfo({"name": st.spec.name, "params": st.spec.param_dict,
-                                      "suite_dir": st.spec.suite_dir}, st.baseline_id, dict(st.known))
+            problems={n: ProblemInfo(_spec_record(st.spec), st.baseline_id, dict(st.known))
                       for n, st in self.states.items()},
         )
 
@@ -357,3 +356,10 @@ class Engine:
 class BaselineError(RuntimeError):
     """A problem's baseline kernel does not pass its own evaluation."""
 
+
+def _spec_record(spec: Any) -> dict[str, Any]:
+    """A checkpoint's record of a problem spec; `dialect` only when not the problem's own."""
+    record: dict[str, Any] = {"name": spec.name, "params": spec.param_dict, "suite_dir": spec.suite_dir}
+    if spec.dialect:
+        record["dialect"] = spec.dialect
+    return record

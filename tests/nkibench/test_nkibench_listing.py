@@ -44,7 +44,7 @@ def test_unknown_operator_has_unknown_peak(tmp_path, make_suite):
     assert row["name"] == "scale" and row["bound"] is None and row["peak_latency_ms"] is None
     assert row["measured_baseline_ms"] is None and row["measured_percent_of_peak"] is None
     line = format_problem_table([row]).splitlines()[1]
-    assert line.split()[:3] == ["scale", "M=4,N=8", "?"]
+    assert line.split()[:4] == ["scale", "legacy", "M=4,N=8", "?"]
 
 
 def test_simulated_baseline_of_a_small_shape():

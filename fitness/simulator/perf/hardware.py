@@ -67,6 +67,9 @@ class Hardware:
     tensor_peak_flops: float       # the `hfu_estimated_percent` denominator
     # Documented dense FP32 TensorE rate of one core (the roofline's matmul peak).
     fp32_matmul_flops: float
+    # NKI dialects whose kernels ran on this core, the default (a run's baseline) first:
+    # "legacy" (`import neuronxcc.nki`, Neuron <= 2.29) and "current" (`import nki`, NKI >= 0.3).
+    dialects: tuple[str, ...] = ("legacy",)
     notes: str = ""
     sources: str = ""              # the documents the figures come from
 
@@ -132,6 +135,9 @@ TRN1 = Hardware(
     profiler_hz=1.4e9,              # SCHEMA neuroncore_cycle_count
     tensor_peak_flops=2 * 128 * 128 * 2.8e9,   # SCHEMA hfu: 2 x PEs x clock = 91.75 TFLOP/s
     fp32_matmul_flops=23.75e12,     # PEAK: AccelOpt's TensorE fp32 constant
+    # NKI >= 0.3 kernels do not run on Trn1 (release-notes/components/nxd-inference.rst); the
+    # simulator still times current kernels for trn1 (the SDK examples), never by default.
+    dialects=("legacy", "current"),
     notes="calibrated on the 14 NKIBench baselines measured on trn1 "
           "(procedure in perf/calibrate.py, values in perf/calibrated.py)",
     sources="AWS Neuron SDK docs: trainium_inferentia2_arch.rst, nki-dma-bandwidth-guide.rst",
@@ -177,6 +183,7 @@ TRN2 = Hardware(
     profiler_hz=1.2e9,              # SCHEMA
     tensor_peak_flops=2 * 128 * 128 * 2.4e9,
     fp32_matmul_flops=20e12,        # ARCH2: 20 FP32 TFLOPS per NeuronCore-v3
+    dialects=("current", "legacy"),  # NKI 0.3+ supports Trn2 and Trn3; legacy up to Neuron 2.29
     notes="uncalibrated: documented NeuronCore-v3 numbers, trn1-fitted glue; no trn2 measurements",
     sources="AWS Neuron SDK docs: nki/guides/architecture/trainium2_arch.rst, "
             "nki/deep-dives/nki-dma-bandwidth-guide.rst",
@@ -224,6 +231,7 @@ TRN3 = Hardware(
     profiler_hz=1.2e9,              # assumed: as NeuronCore-v3
     tensor_peak_flops=2 * 128 * 128 * 2.4e9,
     fp32_matmul_flops=20e12,        # ARCH3: 20 FP32 TFLOPS per NeuronCore-v4
+    dialects=("current",),          # legacy neuronxcc.nki never ran on Trn3
     notes="uncalibrated: documented NeuronCore-v4 numbers, trn1-fitted glue; no trn3 measurements",
     sources="AWS Neuron SDK docs: nki/guides/architecture/trainium3_arch.rst, "
             "nki/deep-dives/nki-dma-bandwidth-guide.rst",
