@@ -20,9 +20,10 @@ from deap import base, tools
 
 from fitness.normalize import kernel_id
 from fitness.result import EvalResult
+from fitness.simulator.perf.hardware import hardware
 from nkibench.problem import Problem
 from operators.diff import kernel_diff
-from operators.base import CROSSOVER, MUTATION, Child, Context, Operators, Parent, Request
+from operators.base import CROSSOVER, MUTATION, Child, Context, Machine, Operators, Parent, Request
 
 from .config import Config
 from .individual import KernelRecord, ProblemState, kernel_from_meta, new_kernel
@@ -102,6 +103,7 @@ class Engine:
         self.generation = -1                                # last completed generation
         self.states: dict[str, ProblemState] = {}
         self._inputs: dict[str, str] = {}                   # problem -> kernel argument summary
+        self._machine = machine(cfg.evaluation.target)      # the target's figures for prompts
 
         self.toolbox = base.Toolbox()
         self.toolbox.register("select", selection_operator(cfg.selection, self.py_rng))
@@ -120,7 +122,8 @@ class Engine:
             self._inputs[problem.name] = describe_kernel_inputs(problem)
         return Context(problem=problem.name, reference_source=problem.reference_source,
                        generation=self.generation + 1, rng=self.np_rng, lessons=self.memory.lessons(),
-                       baseline_source=problem.baseline_source, inputs=self._inputs[problem.name])
+                       baseline_source=problem.baseline_source, inputs=self._inputs[problem.name],
+                       machine=self._machine)
 
     def _requests(self, state: ProblemState, count: int, ctx: Context) -> list[Request]:
         """Variation requests for `count` children, less than one request's worth more: each is
@@ -363,3 +366,11 @@ def _spec_record(spec: Any) -> dict[str, Any]:
     if spec.dialect:
         record["dialect"] = spec.dialect
     return record
+
+
+def machine(target: str) -> Machine:
+    """The figures prompts show of `target`, from the performance model's hardware table."""
+    hw = hardware(target)
+    return Machine(hw.name, hw.core, hw.partitions, hw.sbuf_bytes_per_partition, hw.sbuf_usable_bytes_per_partition,
+                   hw.psum_bytes_per_partition, hw.psum_banks, hw.dma_engines, hw.hbm_bytes_per_s,
+                   (("T", hw.tensor_hz), ("V", hw.vector_hz), ("S", hw.scalar_hz), ("G", hw.gpsimd_hz)))
