@@ -9,7 +9,7 @@ import pytest
 from fitness import policy
 from fitness.gate import check_outputs
 from fitness.simulator import run_kernel
-from nkibench.registry import BASELINES, NKI_BASELINES, builtin_names, load, make_spec
+from nkibench.registry import NKI_BASELINES, builtin_names, load, make_spec
 from operators.knobs import find_knobs, set_knobs
 
 NAMES = builtin_names()
