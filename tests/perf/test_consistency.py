@@ -73,7 +73,7 @@ def test_matmul_tutorial_versions_get_faster_in_the_tutorials_order_on_trn2():
 
 @pytest.mark.xfail(strict=True, reason="unmet on trn2, mechanism not yet investigated: fused Mamba (batch 1, "
                    "M=2048) is estimated v1 0.409, v2 0.410, v3 0.530 ms in the current dialect (legacy variants: "
-                   "0.408, 0.341, 0.374 ms); v3's per-chunk instructions cost more than v2's at trn2's VectorE rate")
+                   "0.408, 0.341, 0.374 ms)")
 def test_fused_mamba_versions_get_faster_v1_v2_v3_on_trn2():
     ms = [_ms(_mamba(v, "current")) for v in (1, 2, 3)]
     print("fused mamba (current) on trn2 (ms):", ms)
