@@ -11,6 +11,9 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from fitness.simulator.dialect import IMPORTS as DIALECT_IMPORTS
+from nkibench.problem import DIALECT_OF_NAME
+
 from . import config as config_mod
 from .errors import UserError
 from .records import figure_label
@@ -32,6 +35,22 @@ def _config_flags(p: argparse.ArgumentParser) -> None:
                    help="override one setting; repeatable (e.g. --set selection.tournament_size=5)")
 
 
+def _target_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target", choices=config_mod.TARGETS,
+                   help="the NeuronCore the performance model estimates for (default: evaluation.target, trn1)")
+    p.add_argument("--dialect", choices=config_mod.DIALECT_CHOICES,
+                   help="NKI dialect of the problems' baselines (default: auto, the target's: legacy for trn1, "
+                        "nki for trn2 and trn3)")
+
+
+def _target_overrides(args: argparse.Namespace, overrides: dict[str, Any]) -> dict[str, Any]:
+    if args.target:
+        overrides.setdefault("evaluation", {})["target"] = args.target
+    if args.dialect:
+        overrides.setdefault("run", {})["dialect"] = args.dialect
+    return overrides
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="accelopt-evo", description="Evolutionary, LLM-driven optimization of Trainium NKI kernels.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -48,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--backend", choices=config_mod.BACKENDS, help="evaluation backend (default: auto)")
     run.add_argument("--operators", choices=config_mod.OPERATOR_KINDS, help="variation operators (default: auto)")
     run.add_argument("--no-progress", action="store_true", help="no progress bars")
+    _target_flags(run)
     _config_flags(run)
 
     resume = sub.add_parser("resume", help="continue a run from its newest checkpoint")
@@ -64,12 +84,14 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--shape", metavar="NAME", help="named shape of the problem (default: run.shape, paper)")
     ev.add_argument("--backend", choices=config_mod.BACKENDS)
     ev.add_argument("--json", action="store_true", help="print the EvalResult as one JSON object")
+    _target_flags(ev)
     _config_flags(ev)
 
     probs = sub.add_parser("problems", help="list the benchmark problems")
     probs.add_argument("--suite-dir", metavar="PATH", help="a folder in the official NKIBench layout")
     probs.add_argument("--json", action="store_true", help="print a JSON list")
     probs.add_argument("--simulate", action="store_true", help="also estimate each baseline's latency (slower)")
+    _target_flags(probs)
 
     rep = sub.add_parser("report", help="write RUN_DIR/report.md and RUN_DIR/plots/*.png")
     rep.add_argument("run_dir", metavar="RUN_DIR")
@@ -106,7 +128,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         overrides["evaluation"] = {"backend": args.backend}
     if args.operators:
         overrides["operators"] = {"kind": args.operators}
-    cfg = _resolve(args, overrides)
+    cfg = _resolve(args, _target_overrides(args, overrides))
     outcome = start_run(cfg, args.run_id or new_run_id(), progress=not args.no_progress)
     _print_outcome(outcome)
     return 0
@@ -155,7 +177,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         overrides["run"]["shape"] = args.shape
     if args.backend:
         overrides["evaluation"] = {"backend": args.backend}
-    cfg = _resolve(args, overrides)
+    cfg = _resolve(args, _target_overrides(args, overrides))
     (problem,) = load_problems(problem_specs(cfg))
     with open_evaluator(cfg, None) as evaluator:
         try:
@@ -167,9 +189,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
     else:
         print(_describe_result(result))
     return 0
-
-
-DIALECT_IMPORTS = {"legacy": "import neuronxcc.nki", "current": "import nki"}
 
 
 def _describe_result(r: Any) -> str:
@@ -188,8 +207,10 @@ def cmd_problems(args: argparse.Namespace) -> int:
     from accelopt_evo.listing import format_problem_table, problem_rows
     from nkibench.registry import ProblemError
 
+    target = args.target or config_mod.EvaluationSection().target
+    dialects = None if args.dialect in (None, "auto") else (DIALECT_OF_NAME[args.dialect],)
     try:
-        rows = problem_rows(args.suite_dir, simulate=args.simulate)
+        rows = problem_rows(args.suite_dir, simulate=args.simulate, target=target, dialects=dialects)
     except ProblemError as exc:
         raise UserError(str(exc)) from None
     print(json.dumps(rows, indent=1) if args.json else format_problem_table(rows))

@@ -25,6 +25,7 @@ else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
 from fitness.settings import BACKENDS, TARGETS, EvalSettings
+from nkibench.problem import DIALECT_OF_NAME
 from operators.llm.settings import ROLES as LLM_ROLES
 from operators.llm.settings import BudgetSettings, LLMSettings, RoleSettings
 
@@ -33,6 +34,11 @@ from .errors import UserError
 SELECTION_METHODS = ("tournament", "best", "roulette", "double_tournament")
 OPERATOR_KINDS = ("auto", "llm", "tuning")
 HELDOUT_MODES = ("secret", "derived")
+# run.dialect: the NKI dialect of the baselines a run starts from; "auto" = the target's default.
+DIALECT_CHOICES = ("auto",) + tuple(DIALECT_OF_NAME)
+# Settings added after schema 2 that a configuration hash leaves out while at these defaults,
+# so that run folders of earlier releases keep their hash (and resume).
+LATER_DEFAULTS = {"run.dialect": "auto"}
 
 
 @dataclass
@@ -43,6 +49,7 @@ class RunSection:
     suite: str = ""                      # "nkibench": every built-in problem
     suite_dir: str = ""                  # a folder in the official NKIBench layout
     shape: str = "paper"                 # named shape of every problem ("paper", "small", ...)
+    dialect: str = "auto"                # baselines' NKI dialect: auto (the target's) | legacy | nki
     out: str = "runs"                    # parent folder of run folders
     report: bool = True                  # write report.md + plots at the end of a run
 
@@ -172,6 +179,7 @@ class Config:
         """Stable short hash of the resolved configuration, without the dotted keys `omit`
         (settings that a run folder of an older release did not know)."""
         data = self.to_dict()
+        omit = list(omit) + [k for k, v in LATER_DEFAULTS.items() if _get(data, k) == v]
         for dotted in omit:
             *path, last = dotted.split(".")
             node = data
@@ -180,6 +188,12 @@ class Config:
             node.pop(last, None)
         blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _get(data: dict[str, Any], dotted: str) -> Any:
+    for part in dotted.split("."):
+        data = data.get(part, {}) if isinstance(data, dict) else {}
+    return data
 
 
 # --------------------------------------------------------------------------------------------
@@ -275,6 +289,7 @@ def _check(cfg: Config) -> Config:
     need(cfg.run.gens >= 0, "run.gens", "must be >= 0")
     need(bool(cfg.run.problems) or bool(cfg.run.suite), "run.problems", "must name at least one problem")
     need(cfg.run.suite in ("", "nkibench"), "run.suite", "must be \"\" or \"nkibench\"")
+    need(cfg.run.dialect in DIALECT_CHOICES, "run.dialect", f"must be one of {', '.join(DIALECT_CHOICES)}")
     p = cfg.population
     need(p.size >= 1, "population.size", "must be >= 1")
     need(p.offspring >= 1, "population.offspring", "must be >= 1")

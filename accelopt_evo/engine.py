@@ -20,9 +20,10 @@ from deap import base, tools
 
 from fitness.normalize import kernel_id
 from fitness.result import EvalResult
+from fitness.simulator.perf.hardware import hardware
 from nkibench.problem import Problem
 from operators.diff import kernel_diff
-from operators.base import CROSSOVER, MUTATION, Child, Context, Operators, Parent, Request
+from operators.base import CROSSOVER, MUTATION, Child, Context, Machine, Operators, Parent, Request
 
 from .config import Config
 from .individual import KernelRecord, ProblemState, kernel_from_meta, new_kernel
@@ -102,6 +103,7 @@ class Engine:
         self.generation = -1                                # last completed generation
         self.states: dict[str, ProblemState] = {}
         self._inputs: dict[str, str] = {}                   # problem -> kernel argument summary
+        self._machine = machine(cfg.evaluation.target)      # the target's figures for prompts
 
         self.toolbox = base.Toolbox()
         self.toolbox.register("select", selection_operator(cfg.selection, self.py_rng))
@@ -120,7 +122,8 @@ class Engine:
             self._inputs[problem.name] = describe_kernel_inputs(problem)
         return Context(problem=problem.name, reference_source=problem.reference_source,
                        generation=self.generation + 1, rng=self.np_rng, lessons=self.memory.lessons(),
-                       baseline_source=problem.baseline_source, inputs=self._inputs[problem.name])
+                       baseline_source=problem.baseline_source, inputs=self._inputs[problem.name],
+                       machine=self._machine)
 
     def _requests(self, state: ProblemState, count: int, ctx: Context) -> list[Request]:
         """Variation requests for `count` children, less than one request's worth more: each is
@@ -328,8 +331,7 @@ class Engine:
             memory=list(self.memory.entries),
             random_state=[version, list(internal), gauss],
             numpy_state=self.np_rng.bit_generator.state,
-            problems={n: ProblemInfo({"name": st.spec.name, "params": st.spec.param_dict,
-                                      "suite_dir": st.spec.suite_dir}, st.baseline_id, dict(st.known))
+            problems={n: ProblemInfo(_spec_record(st.spec), st.baseline_id, dict(st.known))
                       for n, st in self.states.items()},
         )
 
@@ -357,3 +359,18 @@ class Engine:
 class BaselineError(RuntimeError):
     """A problem's baseline kernel does not pass its own evaluation."""
 
+
+def _spec_record(spec: Any) -> dict[str, Any]:
+    """A checkpoint's record of a problem spec; `dialect` only when not the problem's own."""
+    record: dict[str, Any] = {"name": spec.name, "params": spec.param_dict, "suite_dir": spec.suite_dir}
+    if spec.dialect:
+        record["dialect"] = spec.dialect
+    return record
+
+
+def machine(target: str) -> Machine:
+    """The figures prompts show of `target`, from the performance model's hardware table."""
+    hw = hardware(target)
+    return Machine(hw.name, hw.core, hw.partitions, hw.sbuf_bytes_per_partition, hw.sbuf_usable_bytes_per_partition,
+                   hw.psum_bytes_per_partition, hw.psum_banks, hw.dma_engines, hw.hbm_bytes_per_s,
+                   (("T", hw.tensor_hz), ("V", hw.vector_hz), ("S", hw.scalar_hz), ("G", hw.gpsimd_hz)))

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Generic, TypeVar
 
 from fitness.result import EvalResult
+from fitness.simulator.perf.hardware import HARDWARE
 
 from .errors import UserError
 from .files import append_line, write_json_atomic, write_text_atomic
@@ -44,9 +45,11 @@ class RecordError(ValueError):
 
 def figure_label(backend: str, target: str) -> str:
     """How a figure was obtained, as every output states it next to a number."""
+    known = HARDWARE.get(target)
     target = target or "an unknown target"
     if backend == "simulator":
-        return f"simulated estimate for {target}"
+        # every figure of an uncalibrated target says so where it is shown
+        return f"simulated estimate for {target}" + (", uncalibrated" if known and not known.calibrated else "")
     if backend == "trainium":
         return f"measured on {target} hardware"
     return f"{backend or 'unknown'} backend, target {target}"
@@ -206,7 +209,7 @@ class MemoryFile:
 class ProblemInfo:
     """What a checkpoint keeps of one problem: its spec, baseline and every evaluated kernel."""
 
-    spec: dict[str, Any]                   # {"name", "params", "suite_dir"}
+    spec: dict[str, Any]                   # {"name", "params", "suite_dir"[, "dialect"]}
     baseline_id: str
     known: dict[str, EvalResult]
 

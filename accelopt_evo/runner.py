@@ -14,7 +14,9 @@ import numpy as np
 from tqdm import tqdm
 
 from nkibench import registry
-from nkibench.problem import Problem
+from nkibench.problem import DIALECT_NAMES, DIALECT_OF_NAME, Problem
+from fitness.simulator.dialect import IMPORTS as DIALECT_IMPORTS
+from fitness.simulator.perf.hardware import hardware
 from fitness.references import ReferenceError as ReferenceFailure
 from operators.base import Operators
 from operators.tuning import TuningOperators
@@ -47,10 +49,36 @@ def problem_specs(cfg: Config) -> list[Any]:
     specs = []
     for name in dict.fromkeys(names):  # keep order, drop repeats
         try:
-            specs.append(registry.make_spec(name, run.shape, cfg.shapes.get(name), suite_dir=run.suite_dir))
+            dialect = baseline_dialect(name, run.dialect, cfg.evaluation.target, run.suite_dir)
+            specs.append(registry.make_spec(name, run.shape, cfg.shapes.get(name), suite_dir=run.suite_dir,
+                                            dialect=dialect))
         except registry.ProblemError as exc:
             raise UserError(str(exc)) from None
     return specs
+
+
+def _dialect_of(problem: Problem) -> str:
+    return problem.spec.dialect or registry.own_dialect(problem.name, problem.spec.suite_dir)
+
+
+def baseline_dialect(name: str, requested: str, target: str, suite_dir: str = "") -> str:
+    """The dialect of problem `name`'s baseline for a run on `target`: `requested` ("legacy"
+    or "nki"), or with "auto" the target's default dialect when the problem has a baseline
+    in it, else another one the target takes. One clear line when there is none."""
+    takes = hardware(target).dialects
+    if requested != "auto":
+        dialect = DIALECT_OF_NAME[requested]
+        if dialect not in takes:
+            raise UserError(f"the {requested} NKI dialect ({DIALECT_IMPORTS[dialect]}) never ran on {target}; "
+                            f"use --dialect {' or '.join(DIALECT_NAMES[d] for d in takes)}")
+        return dialect
+    has = registry.baseline_dialects(name, suite_dir)
+    for dialect in takes:
+        if dialect in has:
+            return dialect
+    raise UserError(f"problem '{name}' has no baseline in a dialect {target} runs "
+                    f"(it has: {', '.join(DIALECT_NAMES[d] for d in has)}; {target} takes "
+                    f"{', '.join(DIALECT_NAMES[d] for d in takes)})")
 
 
 def _official_names(suite_dir: str) -> list[str]:
@@ -253,7 +281,10 @@ def _drive(cfg: Config, folder: RunFolder, problems: list[Problem], operators: O
            evaluator_factory: EvaluatorFactory) -> Outcome:
     with evaluator_factory(cfg, folder) as evaluator:
         name, why = evaluator.backend_choice
-        log(f"evaluation: backend {name} ({why}), target {cfg.evaluation.target}")
+        target = cfg.evaluation.target
+        figures = f" ({figure_label(name, target)})" if name == "simulator" else ""
+        dialects = ", ".join(f"{p.name} {DIALECT_NAMES[_dialect_of(p)]}" for p in problems)
+        log(f"evaluation: backend {name} ({why}), target {target}{figures}; baselines: {dialects}")
         engine = Engine(cfg, problems, evaluator, operators, memory, log=log, progress=progress)
         if checkpoint is not None:
             engine.load_state_dict(checkpoint, folder.read_kernel)

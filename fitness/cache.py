@@ -48,8 +48,11 @@ def evaluator_version() -> str:
 
 def cache_key(source: str, spec: ProblemSpec, backend: str, target: str, gate: Sequence[Any],
               version: str) -> str:
+    problem = [spec.name, list(spec.params), spec.suite_dir]
+    if spec.dialect:   # the baseline's dialect decides speedups; "" keeps earlier keys
+        problem.append(spec.dialect)
     blob = json.dumps({
-        "source": normalize_source(source), "problem": [spec.name, list(spec.params), spec.suite_dir],
+        "source": normalize_source(source), "problem": problem,
         "backend": backend, "target": target, "gate": list(gate), "version": version,
     }, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()

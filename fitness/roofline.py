@@ -2,12 +2,15 @@
 
 peak latency = max(matmul flops / TensorE fp32 peak, vector flops / vector peak,
 HBM bytes / HBM bandwidth); percent_of_peak = peak latency / latency * 100. The flop and
-byte counts come from the problem (nkibench); the peaks are per target.
+byte counts come from the problem (nkibench); the peaks are per target: AccelOpt's constants
+for trn1, the documented figures of the target's `Hardware` entry for trn2 and trn3.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from fitness.simulator.perf.hardware import hardware
 
 
 @dataclass(frozen=True)
@@ -18,15 +21,22 @@ class Peaks:
     note: str
 
 
-PEAKS = {
-    # AccelOpt's constants (experiments/full_complete_local/calculate_percentage_of_peak.py):
-    # 410 GiB/s HBM share of one NeuronCore-v2, VectorE + ScalarE 2 x 128 lanes x 1.12 GHz,
-    # TensorE fp32 23.75 TFLOP/s.
-    "trn1": Peaks(410 * 2**30, 2 * 128 * 1.12e9, 23.75e12, "AccelOpt's trn1 roofline constants"),
-    # NeuronCore-v3 (trn2 architecture guide): 3 TB/s HBM over 8 cores = 375 GB/s per core,
-    # VectorE + ScalarE 2 x 128 lanes x 0.96 GHz, TensorE fp32 20 TFLOP/s (dense).
-    "trn2": Peaks(3e12 / 8, 2 * 128 * 0.96e9, 20e12, "trn2 equivalents from the architecture guide"),
-}
+# AccelOpt's constants (experiments/full_complete_local/calculate_percentage_of_peak.py):
+# 410 GiB/s HBM share of one NeuronCore-v2, VectorE + ScalarE 2 x 128 lanes x 1.12 GHz,
+# TensorE fp32 23.75 TFLOP/s.
+TRN1 = Peaks(410 * 2**30, 2 * 128 * 1.12e9, 23.75e12, "AccelOpt's trn1 roofline constants")
+
+
+def peaks(target: str) -> Peaks:
+    """The roofline peaks of `target`. Beyond trn1, AccelOpt's formula on the documented
+    figures of the target's Hardware entry: its HBM share, VectorE + ScalarE as 2 x 128 lanes
+    at the VectorE clock, and the dense FP32 TensorE rate."""
+    if target == "trn1":
+        return TRN1
+    hw = hardware(target)
+    note = (f"{target} documented figures: HBM {hw.hbm_bytes_per_s / 1e9:.0f} GB/s per core, VectorE "
+            f"{hw.vector_hz / 1e9:g} GHz, TensorE FP32 {hw.fp32_matmul_flops / 1e12:g} TFLOP/s ({hw.sources})")
+    return Peaks(hw.hbm_bytes_per_s, 2 * hw.partitions * hw.vector_hz, hw.fp32_matmul_flops, note)
 
 
 @dataclass(frozen=True)
@@ -36,11 +46,11 @@ class Roofline:
 
 
 def roofline(flops_matmul: float, flops_vector: float, hbm_bytes: float, target: str) -> Roofline:
-    peaks = PEAKS[target]
+    p = peaks(target)
     terms = {
-        "vec": flops_vector / peaks.vector_flops_per_s,
-        "mm": flops_matmul / peaks.matmul_flops_per_s,
-        "memory": hbm_bytes / peaks.hbm_bytes_per_s,
+        "vec": flops_vector / p.vector_flops_per_s,
+        "mm": flops_matmul / p.matmul_flops_per_s,
+        "memory": hbm_bytes / p.hbm_bytes_per_s,
     }
     bound = max(terms, key=terms.__getitem__)
     return Roofline(terms[bound] * 1e3, bound)

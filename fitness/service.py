@@ -205,7 +205,8 @@ class Evaluator:
             verdict = policy.review(source)
         except SyntaxError as exc:
             return EvalResult(COMPILE_ERROR, policy.syntax_error_message(exc))
-        refusal = backends.dialect_refusal(self.backend, verdict.dialect)
+        refusal = (backends.dialect_refusal(self.backend, verdict.dialect)
+                   or backends.target_refusal(self.settings.target, verdict.dialect))
         if verdict.violations:
             result = EvalResult(REJECTED, f"policy: {verdict.violations[0]}")
         elif refusal:

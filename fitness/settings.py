@@ -9,18 +9,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fitness.simulator.perf.hardware import TARGETS
+
 # Bump when a change of the evaluation service changes results; it is part of every cache key
 # (together with a digest of the fitness and nkibench sources, see fitness.cache).
 EVALUATOR_VERSION = "1"
 
 BACKENDS = ("auto", "simulator", "trainium")
-TARGETS = ("trn1", "trn2")
+# TARGETS (re-exported): the performance model's targets, declared once in its hardware table.
+__all__ = ["BACKENDS", "EVALUATOR_VERSION", "TARGETS", "EvalSettings"]
 
 
 @dataclass(frozen=True)
 class EvalSettings:
     backend: str = "auto"                       # auto | simulator | trainium
-    target: str = "trn1"                        # trn1 | trn2 (the simulator's performance model)
+    target: str = "trn1"                        # trn1 | trn2 | trn3 (the simulator's performance model)
     seeds: tuple[int, ...] = (0, 21, 42, 63, 84)
     heldout_seeds: tuple[int, ...] = ()         # extra seeds no prompt shows (values, not a count)
     rel_tol: float = 0.0                        # 0 = the problem's own tolerance

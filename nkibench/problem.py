@@ -20,6 +20,11 @@ from .families import STANDARD, Family
 from .families import apply as apply_family
 
 
+# How a dialect is named to people (`--dialect legacy|nki`, `run.dialect`), and back.
+DIALECT_NAMES = {"legacy": "legacy", "current": "nki"}
+DIALECT_OF_NAME = {v: k for k, v in DIALECT_NAMES.items()}
+
+
 @dataclass(frozen=True)
 class ProblemSpec:
     """Identity of one problem instance; equal specs give equal problems."""
@@ -27,18 +32,24 @@ class ProblemSpec:
     name: str
     params: tuple[tuple[str, int], ...]
     suite_dir: str = ""  # "" = a built-in problem; else a folder in the official layout
+    # The NKI dialect of the baseline a run starts from and speedups are measured against:
+    # "" = the problem's own (legacy for NKIBench, current for the SDK examples), else the
+    # other one ("current": nkibench/baselines/nki/). "" keeps specs of earlier releases equal.
+    dialect: str = ""
 
     @classmethod
-    def make(cls, name: str, params: dict[str, int], suite_dir: str = "") -> "ProblemSpec":
-        return cls(name, tuple(sorted(params.items())), suite_dir)
+    def make(cls, name: str, params: dict[str, int], suite_dir: str = "", dialect: str = "") -> "ProblemSpec":
+        return cls(name, tuple(sorted(params.items())), suite_dir, dialect)
 
     @property
     def param_dict(self) -> dict[str, int]:
         return dict(self.params)
 
     def label(self) -> str:
-        """`silu[M=4096,N=7168]`: human-readable and stable, used in cache keys and reports."""
-        return f"{self.name}[{','.join(f'{k}={v}' for k, v in self.params)}]"
+        """`silu[M=4096,N=7168]` (`...@nki` from a baseline in the other dialect): human-readable
+        and stable, used in cache keys and reports."""
+        suffix = f"@{DIALECT_NAMES[self.dialect]}" if self.dialect else ""
+        return f"{self.name}[{','.join(f'{k}={v}' for k, v in self.params)}]{suffix}"
 
 
 @dataclass(frozen=True)

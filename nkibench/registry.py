@@ -10,10 +10,14 @@ from pathlib import Path
 
 from . import examples as _examples_pkg
 from . import problems as _problems_pkg
-from .problem import BuiltinProblem, Problem, ProblemSpec
+from .problem import DIALECT_NAMES, BuiltinProblem, Problem, ProblemSpec
+
+__all__ = ["BASELINES", "DIALECT_NAMES", "EXAMPLE_BASELINES", "NKI_BASELINES", "ProblemError", "baseline_dialects",
+           "baseline_path", "builtin_names", "example_names", "load", "make_spec", "own_dialect", "shape_names"]
 
 
 BASELINES = Path(__file__).resolve().parent / "baselines"   # package data: the baseline kernels
+NKI_BASELINES = BASELINES / "nki"      # the NKIBench problems' baselines in the current dialect
 EXAMPLE_BASELINES = Path(_examples_pkg.__file__).resolve().parent / "baselines"
 
 
@@ -43,17 +47,52 @@ def _module(name: str):
                        f"{', '.join(example_names())})")
 
 
+def own_dialect(name: str, suite_dir: str = "") -> str:
+    """The dialect of a problem's own baseline: current for the SDK examples, else legacy."""
+    return "current" if not suite_dir and name in example_names() else "legacy"
+
+
+def baseline_dialects(name: str, suite_dir: str = "") -> tuple[str, ...]:
+    """The dialects a problem has a baseline in, its own first."""
+    own = own_dialect(name, suite_dir)
+    if suite_dir or own == "current":
+        return (own,)
+    return ("legacy", "current") if (NKI_BASELINES / _module(name).BASELINE).is_file() else ("legacy",)
+
+
+def baseline_path(name: str, dialect: str = "") -> Path:
+    """The baseline kernel of built-in problem `name` in `dialect` ("": its own)."""
+    mod = _module(name)
+    if name in example_names():
+        return EXAMPLE_BASELINES / mod.BASELINE
+    return (NKI_BASELINES if dialect == "current" else BASELINES) / mod.BASELINE
+
+
+def _check_dialect(name: str, suite_dir: str, dialect: str) -> str:
+    """`dialect` as a spec holds it ("" for the problem's own); an error when it has none."""
+    if not dialect or dialect == own_dialect(name, suite_dir):
+        return ""
+    if dialect not in baseline_dialects(name, suite_dir):
+        has = ", ".join(DIALECT_NAMES[d] for d in baseline_dialects(name, suite_dir))
+        raise ProblemError(f"problem '{name}' has no baseline in the {DIALECT_NAMES.get(dialect, dialect)} "
+                           f"dialect (it has: {has})")
+    return dialect
+
+
 def shape_names(name: str) -> list[str]:
     return list(_module(name).SHAPES)
 
 
 def make_spec(name: str, shape: str = "paper", params: dict[str, int] | None = None,
-              suite_dir: str = "") -> ProblemSpec:
-    """The spec of problem `name` at the named `shape`, with single parameters overridden."""
+              suite_dir: str = "", dialect: str = "") -> ProblemSpec:
+    """The spec of problem `name` at the named `shape`, with single parameters overridden,
+    starting from its baseline in `dialect` ("legacy" or "current"; "": its own)."""
     if suite_dir:
         from .official import official_spec  # the official layout has fixed shapes per case
 
+        _check_dialect(name, suite_dir, dialect)
         return official_spec(suite_dir, name, params or {})
+    dialect = _check_dialect(name, "", dialect)
     mod = _module(name)
     if shape not in mod.SHAPES:
         raise ProblemError(f"problem '{name}' has no shape '{shape}' (known: {', '.join(mod.SHAPES)})")
@@ -70,7 +109,7 @@ def make_spec(name: str, shape: str = "paper", params: dict[str, int] | None = N
             check(**values)
         except ValueError as e:
             raise ProblemError(f"problem '{name}' cannot take shape {values}: {e}") from None
-    return ProblemSpec.make(name, values)
+    return ProblemSpec.make(name, values, dialect=dialect)
 
 
 @functools.lru_cache(maxsize=64)
@@ -81,11 +120,10 @@ def load(spec: ProblemSpec) -> Problem:
 
         return load_official(spec)
     mod = _module(spec.name)
-    baseline = (EXAMPLE_BASELINES if spec.name in example_names() else BASELINES) / mod.BASELINE
     return BuiltinProblem(
         spec=spec,
         module=mod,
         tolerance=mod.TOLERANCE,
-        baseline_path=baseline,
+        baseline_path=baseline_path(spec.name, spec.dialect),
         counts=mod.counts(**spec.param_dict),
     )

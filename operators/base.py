@@ -59,6 +59,23 @@ class Lesson:
     diff: str
 
 
+@dataclass(frozen=True)
+class Machine:
+    """The documented figures of the run's target that prompts show (filled by the engine from
+    the performance model's hardware table, so that no number is written twice)."""
+
+    target: str                   # "trn1", "trn2", "trn3"
+    core: str                     # "NeuronCore-v2", ...
+    partitions: int
+    sbuf_bytes: int               # per partition
+    sbuf_usable_bytes: int        # per partition
+    psum_bytes: int               # per partition
+    psum_banks: int
+    dma_engines: int              # per core
+    hbm_bytes_per_s: float        # per core
+    clocks_hz: tuple[tuple[str, float], ...]   # (engine, Hz): TensorE, VectorE, ScalarE, GpSimdE
+
+
 @dataclass
 class Context:
     """What operators may know about the problem at hand."""
@@ -70,6 +87,7 @@ class Context:
     lessons: Sequence[Lesson] = ()
     baseline_source: str = ""
     inputs: str = ""              # the kernel's arguments for prompts, e.g. "x: float32[4096, 7168]"
+    machine: Machine | None = None  # the target's figures (None: prompts name no numbers)
 
 
 class Operators(abc.ABC):

@@ -18,6 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from fitness.simulator import dialect as D
+from fitness.simulator.perf.hardware import hardware
+
 _SIMULATOR_DIR = str(Path(__file__).resolve().parents[1] / "simulator")
 CORES_PER_DEVICE_DEFAULT = 2   # trn1 / inf2 devices have two NeuronCores-v2 each
 
@@ -113,6 +116,14 @@ def dialect_refusal(backend: str, dialect: str | None) -> str:
         return ""
     return (f"the {backend} backend runs legacy-dialect kernels (neuronxcc.nki) only; this kernel is written in "
             f"the {dialect} dialect (import nki), which only the simulator backend runs for now")
+
+
+def target_refusal(target: str, dialect: str | None) -> str:
+    """Why a kernel of `dialect` cannot be judged for `target` (one line), or "" when it can."""
+    if dialect is None or dialect in hardware(target).dialects:
+        return ""
+    return (f"{dialect}-dialect kernels ({D.IMPORTS[dialect]}) never ran on {target}; "
+            f"{target} takes kernels in the {' or '.join(hardware(target).dialects)} dialect")
 
 
 class Runner(Protocol):

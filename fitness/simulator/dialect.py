@@ -17,6 +17,8 @@ DIALECTS: tuple[Dialect, ...] = ("legacy", "current")
 
 # Top-level package each dialect imports its NKI modules from.
 ROOTS: dict[Dialect, str] = {"legacy": "neuronxcc", "current": "nki"}
+# The import that marks each dialect, as messages show it.
+IMPORTS: dict[Dialect, str] = {"legacy": "import neuronxcc.nki", "current": "import nki"}
 
 
 class DialectError(ValueError):

@@ -122,12 +122,19 @@ class Instr:
     strided: bool = False        # most-minor free stride > 16 bytes on some operand
 
 
+DIALECTS = ("legacy", "current")   # the front-end that produced a trace (runtime.FrontEnd.name)
+
+
 @dataclass
 class Trace:
     instrs: list[Instr] = field(default_factory=list)
     tensors: dict[int, TensorInfo] = field(default_factory=dict)
     loops: dict[int, Loop] = field(default_factory=dict)
     kernel_file: str = ""
+    # Which NKI dialect's front-end recorded it: legacy kernels went through neuronx-cc,
+    # current ones through the NKI compiler (perf/compiler.py applies the former's effects
+    # only). A class-level default, so that traces pickled before the field load as legacy.
+    dialect: str = "legacy"
 
     def memory_of(self, tensor_id: int) -> str:
         return self.tensors[tensor_id].memory

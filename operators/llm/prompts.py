@@ -17,7 +17,7 @@ from typing import Any, Mapping, Sequence
 
 from .. import base as _base
 from ..diff import kernel_diff
-from ..base import Context, Lesson, Parent
+from ..base import Context, Lesson, Machine, Parent
 from .extract import dialect_of
 
 Message = dict[str, str]
@@ -119,12 +119,36 @@ def _common(ctx: Context) -> dict[str, str]:
 # The system message of the code-writing roles is the NKI dialect's of the problem (its
 # baseline's imports decide): its rules and API notes differ between the two dialects.
 SYSTEM = {"legacy": "system", "current": "system_current"}
-SUMMARIZER_DIALECT = {"legacy": {"dialect": "the legacy `neuronxcc.nki` dialect", "core": " on a NeuronCore-v2"},
-                      "current": {"dialect": "the current `nki` dialect", "core": ""}}
+SUMMARIZER_DIALECT = {"legacy": "the legacy `neuronxcc.nki` dialect", "current": "the current `nki` dialect"}
+ENGINES = {"T": "TensorE", "V": "VectorE", "S": "ScalarE", "G": "GpSimdE"}
+
+
+def _figure(value: float) -> str:
+    return f"{value:g}" if value == int(value) or value < 10 else f"{value:.0f}"
+
+
+def machine_values(m: Machine | None) -> dict[str, str]:
+    """The placeholders of the target's figures; without a machine (a test's context) the
+    figures of a trn1 NeuronCore-v2 are not invented: each says it is unknown."""
+    if m is None:
+        names = ("target", "core", "sbuf_mib", "sbuf_kib", "sbuf_usable_kib", "psum_mib", "psum_kib",
+                 "psum_banks", "psum_bank_kib", "psum_bank_f32", "dma_engines", "hbm_gbps", "clocks")
+        return {n: "?" for n in names} | {"target": "the target", "core": "NeuronCore"}
+    kib, mib = 1024, 1024 * 1024
+    return {
+        "target": m.target, "core": m.core,
+        "sbuf_mib": _figure(m.sbuf_bytes * m.partitions / mib), "sbuf_kib": _figure(m.sbuf_bytes / kib),
+        "sbuf_usable_kib": _figure(m.sbuf_usable_bytes / kib),
+        "psum_mib": _figure(m.psum_bytes * m.partitions / mib), "psum_kib": _figure(m.psum_bytes / kib),
+        "psum_banks": str(m.psum_banks), "psum_bank_kib": _figure(m.psum_bytes / m.psum_banks / kib),
+        "psum_bank_f32": str(m.psum_bytes // m.psum_banks // 4), "dma_engines": str(m.dma_engines),
+        "hbm_gbps": _figure(m.hbm_bytes_per_s / 1e9),
+        "clocks": ", ".join(f"{ENGINES.get(e, e)} {hz / 1e9:g} GHz" for e, hz in m.clocks_hz),
+    }
 
 
 def _system(ctx: Context) -> str:
-    return render(SYSTEM[dialect_of(ctx.baseline_source)])
+    return render(SYSTEM[dialect_of(ctx.baseline_source)], **machine_values(ctx.machine))
 
 
 def _chat(system: str, user: str) -> list[Message]:
@@ -169,7 +193,11 @@ def summarizer_messages(parent: Parent, child: Parent, ratio: float, ctx: Contex
         child=child.source.strip(), child_profile=format_profile(child),
         diff=make_diff(parent.source, child.source), lessons=format_lessons(ctx.lessons),
     )
-    return _chat(render("summarizer_system", **SUMMARIZER_DIALECT[dialect_of(ctx.baseline_source)]), user)
+    dialect = dialect_of(ctx.baseline_source)
+    machine = machine_values(ctx.machine)
+    core = f" on a {machine.pop('core')}" if ctx.machine else ""
+    machine.pop("core", None)
+    return _chat(render("summarizer_system", dialect=SUMMARIZER_DIALECT[dialect], core=core, **machine), user)
 
 
 def messages_key(messages: Sequence[Mapping[str, str]]) -> tuple[tuple[str, str], ...]:

@@ -67,3 +67,17 @@ def test_operator_set_reports_failures_and_summarizes():
     (text,) = ops.summarize([(p, child, 1.25)], ctx)
     assert knob_changes(SRC, child.source)[0] in text and "1.25x" in text
     assert ops.repair([(out[0][0], "boom")], ctx) == [None]
+
+
+def test_knob_tuning_works_on_a_current_dialect_kernel():
+    """The knob operators read and rewrite `# tune:` constants whatever the dialect."""
+    from fitness import policy
+    from nkibench.registry import NKI_BASELINES
+    from operators.knobs import find_knobs, set_knobs
+
+    source = (NKI_BASELINES / "silu.py").read_text()
+    knobs = find_knobs(source)
+    assert set(knobs) >= {"LOAD_N", "COMPUTE_N"}
+    child = set_knobs(source, {"LOAD_N": 1024})
+    assert find_knobs(child)["LOAD_N"].value == 1024 and child != source
+    assert policy.review(child) == policy.Review("current", [])

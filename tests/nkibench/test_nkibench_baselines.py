@@ -9,11 +9,10 @@ import pytest
 from fitness import policy
 from fitness.gate import check_outputs
 from fitness.simulator import run_kernel
-from nkibench.registry import BASELINES, builtin_names, load, make_spec
+from nkibench.registry import NKI_BASELINES, builtin_names, load, make_spec
 from operators.knobs import find_knobs, set_knobs
 
 NAMES = builtin_names()
-NKI_BASELINES = BASELINES / "nki"
 NKI_NAMES = [n for n in NAMES if (NKI_BASELINES / f"{n}.py").exists()]
 
 

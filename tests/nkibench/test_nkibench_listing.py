@@ -7,19 +7,23 @@ import json
 import pytest
 
 from accelopt_evo.listing import format_problem_table, problem_rows
-from nkibench.registry import builtin_names
+from nkibench.registry import DIALECT_NAMES, baseline_dialects, builtin_names
 
 KEYS = {"name", "params", "baseline_path", "bound", "peak_latency_ms", "baseline_latency_ms", "percent_of_peak",
         "paper_baseline_percent", "tolerance", "target"}
 
 
 def test_builtin_rows():
-    rows = problem_rows()
+    all_rows = problem_rows()
+    assert sorted({(r["name"], r["dialect"]) for r in all_rows}) == sorted(
+        (n, DIALECT_NAMES[d]) for n in builtin_names() for d in baseline_dialects(n))
+    rows = problem_rows(dialects=("legacy",))
     assert [r["name"] for r in rows] == builtin_names()
-    for r in rows:
+    for r in all_rows:
         assert KEYS <= set(r)
         assert r["peak_latency_ms"] > 0 and r["bound"] in ("mm", "vec", "memory")
-        assert r["baseline_path"].endswith(f"baselines/{r['name']}.py")
+        folder = "baselines/nki" if r["dialect"] == "nki" else "baselines"
+        assert r["baseline_path"].endswith(f"{folder}/{r['name']}.py")
         assert r["baseline_latency_ms"] is None and r["percent_of_peak"] is None
     by_name = {r["name"]: r for r in rows}
     assert by_name["matmul"]["params"] == {"M": 4096, "N": 12288, "K": 5120}
@@ -44,7 +48,7 @@ def test_unknown_operator_has_unknown_peak(tmp_path, make_suite):
     assert row["name"] == "scale" and row["bound"] is None and row["peak_latency_ms"] is None
     assert row["measured_baseline_ms"] is None and row["measured_percent_of_peak"] is None
     line = format_problem_table([row]).splitlines()[1]
-    assert line.split()[:3] == ["scale", "M=4,N=8", "?"]
+    assert line.split()[:4] == ["scale", "legacy", "M=4,N=8", "?"]
 
 
 def test_simulated_baseline_of_a_small_shape():

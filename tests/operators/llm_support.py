@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from accelopt_evo.config import Config
+from accelopt_evo.engine import machine
 from llm_server import set_knob
 from nkibench.problems import silu
 from operators.base import Context, Parent
@@ -72,9 +73,9 @@ def baseline_parent() -> Parent:
 
 
 def context(generation: int = 1, lessons: Any = (), shape: tuple[int, int] = (256, 1024),
-            rng: np.random.Generator | None = None) -> Context:
+            rng: np.random.Generator | None = None, target: str = "trn1") -> Context:
     return Context("silu", REFERENCE, generation, rng or np.random.default_rng(0), tuple(lessons),
-                   inputs=f"x: float32[{shape[0]}, {shape[1]}]")
+                   inputs=f"x: float32[{shape[0]}, {shape[1]}]", machine=machine(target))
 
 
 # ---------------------------------------------------------------------------------------------

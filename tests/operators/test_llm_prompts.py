@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from pathlib import Path
 
 import pytest
 
 from llm_support import BASELINE, REFERENCE, baseline_parent, context, knob, with_knob
 from operators.base import Lesson, Parent
 from operators.llm import prompts
+
+REPO = Path(__file__).resolve().parents[2]
 
 LESSONS = (Lesson("silu", "improvement", 1.31, "LESSON-good: load 2048 columns per DMA", "diff"),
            Lesson("rmsnorm", "regression", 1 / 1.4, "LESSON-bad: splitting the reduction added a pass", "diff"))
@@ -109,6 +113,22 @@ def test_prompts_of_a_current_dialect_problem_teach_that_dialect():
         assert "current `nki` dialect" in text and "nisa.dma_copy(dst=" in text and "Never import `neuronxcc`" in text
         assert "import neuronxcc.nki as nki" not in text and "mask=" not in text
     summarizer_system = prompts.summarizer_messages(parent, parent, 1.1, ctx)[0]["content"]
-    assert "written in NKI (the current `nki` dialect). You study" in summarizer_system
+    assert "written in NKI (the current `nki` dialect) on a NeuronCore-v2. You study" in summarizer_system
     legacy_system = all_messages()["summarizer"][0]["content"]
     assert "(the legacy `neuronxcc.nki` dialect) on a NeuronCore-v2. You study" in legacy_system
+
+
+def test_system_prompts_show_the_targets_documented_figures():
+    """Machine numbers come from the target's hardware entry; trn1 legacy text is unchanged."""
+    current = (REPO / "nkibench" / "baselines" / "nki" / "silu.py").read_text()
+    for target, sbuf, hbm, core in (("trn1", "24 MiB", "410 GB/s", "NeuronCore-v2"),
+                                    ("trn2", "28 MiB", "375 GB/s", "NeuronCore-v3"),
+                                    ("trn3", "32 MiB", "588 GB/s", "NeuronCore-v4")):
+        ctx = context(target=target)
+        for c in (ctx, dataclasses.replace(ctx, baseline_source=current)):
+            text = prompts.planner_messages(baseline_parent(), c)[0]["content"]
+            assert f"SBUF (the working memory) is {sbuf}" in text and f"about {hbm} of HBM" in text
+            assert f"for a {core} ({target})" in text
+    text = prompts.planner_messages(baseline_parent(), dataclasses.replace(context(target="trn3"),
+                                                                            baseline_source=current))[0]["content"]
+    assert "VectorE 1.2 GHz" in text and "TensorE 2.4 GHz" in text

@@ -185,9 +185,11 @@ def test_unknown_target_is_a_clear_error():
         estimate(silu_trace(128, 512), "trn9")
 
 
-def test_trn2_is_marked_uncalibrated():
-    assert hardware("trn1").calibrated and not hardware("trn2").calibrated
-    assert estimate(silu_trace(256, 1024), "trn2").profile["target"] == "trn2"
+def test_trn2_and_trn3_are_marked_uncalibrated():
+    assert hardware("trn1").calibrated and not hardware("trn2").calibrated and not hardware("trn3").calibrated
+    est = estimate(silu_trace(256, 1024), "trn2")
+    assert est.profile["target"] == "trn2" and "simulated trn2, uncalibrated" in est.bottleneck
+    assert "uncalibrated" not in estimate(silu_trace(256, 1024), "trn1").bottleneck
 
 
 def test_hardware_flops_follow_the_profiler_counting():

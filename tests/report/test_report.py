@@ -305,7 +305,8 @@ def test_cli_report_prints_the_path_and_replaces_an_earlier_report(copy, capsys)
 
 
 def test_figures_say_how_they_were_obtained():
-    assert report.figure_label("simulator", "trn2") == "simulated estimate for trn2"
+    assert report.figure_label("simulator", "trn2") == "simulated estimate for trn2, uncalibrated"
+    assert report.figure_label("simulator", "trn1") == "simulated estimate for trn1"
     assert report.figure_label("trainium", "trn1") == "measured on trn1 hardware"
 
 

@@ -137,7 +137,7 @@ class Machine:
             self.note_write = _no_write_rule
             self.check_scope = _no_scope_rule
         self.shape_only = shape_only
-        self.trace = Trace(kernel_file=kernel_file)
+        self.trace = Trace(kernel_file=kernel_file, dialect=frontend.name)
         self.instrs = self.trace.instrs
         self.stack: list[LoopFrame] = []
         self.path: Path = ()

@@ -32,6 +32,13 @@ Heuristic, calibrated on the measured byte and flop counters (trainium-perf-mode
    iteration) or spilled (saved to HBM after its producing iteration, reloaded before each
    later consuming one).
 The result is the program that the dependency builder and the scheduler see.
+
+These are neuronx-cc's effects, for legacy-dialect traces. A current-dialect (`import nki`)
+kernel goes through the NKI compiler, which "compiles kernel code while preserving the
+developer's optimization choices" (`nki/deep-dives/nki-compiler.rst`): none of the steps
+above applies to it, and its program runs as written (its tensors are allocated where the
+author put them; a working set over SBUF is the author's error, not a spill). Its
+allocations in loop bodies rotate through buffers (`deps.py`).
 """
 
 from __future__ import annotations
@@ -73,8 +80,11 @@ class CompilerReport:
 
 
 def apply(prog: Program, hw: Hardware, params: Params) -> CompilerReport:
-    """Rewrite `prog` in place (ops, tensors, blocks) and report what changed."""
+    """Rewrite `prog` in place (ops, tensors, blocks) and report what changed; a
+    current-dialect program is left as written (module doc)."""
     report = CompilerReport()
+    if prog.dialect == "current":
+        return report
     report.fused_pairs = _fuse_scaled_pairs(prog)
     report.psum_broadcasts = _keep_broadcasts_in_psum(prog, hw)
     _hoist(prog, hw, params, report)

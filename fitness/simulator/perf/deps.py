@@ -5,6 +5,13 @@ write after write). Resource edges model the compiler's physical buffers: instan
 allocation site rotate through `n_buf` SBUF slots, PSUM blocks through the 8 banks, so a new
 instance waits until the instance that last used its slot has been read for the last time
 (trainium-perf-model.md §7.4 steps 4-5). Every edge points backwards in program order.
+
+Legacy kernels: neuronx-cc gives an allocation site in a sequential (or Python `range`) loop
+`sequential_buffers` copies (fitted). Current kernels: the NKI compiler rotates the addresses
+of buffers allocated in a loop body ("address rotation ... enabled by default and cannot be
+opted out of", NKI 0.3.0 release notes, `release-notes/components/nki.rst`), whatever the
+loop, so every site gets the rotating copies that fit (at most `max_buffers`; the depth of
+the rotation is not documented).
 """
 
 from __future__ import annotations
@@ -162,7 +169,8 @@ def _slot_edges(prog: Program, onchip: list[BlockKey], first: list[int], last: l
         else:
             size = max(prog.block_bytes(instances[0]), 1)
             slots = int(min(max(share // size, 1), params.max_buffers))
-            if _innermost_kind(ops[first[instances[0]]], loops) in ("sequential", "range"):
+            if prog.dialect != "current" and \
+                    _innermost_kind(ops[first[instances[0]]], loops) in ("sequential", "range"):
                 slots = params.sequential_buffers
         for k in range(slots, len(instances)):
             start, prev_end = first[instances[k]], last[instances[k - slots]]

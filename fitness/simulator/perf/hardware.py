@@ -5,7 +5,10 @@ numbers the model fits to measurements live in `params.py`. Citation keys are th
 `../shared/docs/trainium-perf-model.md` (ARCH1 = the trn1/inf2 architecture guide, ARCH2 = the
 trn2 guide, DMABW / DMAOV = the DMA bandwidth guide / overview, SCHEMA = the profiler's
 metric reference, L-ISA = the legacy `nki.isa` cost formulas, L-ALLOC = the legacy
-direct-allocation guide, PEAK = AccelOpt's roofline script).
+direct-allocation guide, PEAK = AccelOpt's roofline script). The trn3 entry adds ARCH3 =
+`nki/guides/architecture/trainium3_arch.rst` and HW3 / HW2 =
+`about-neuron/arch/neuron-hardware/trainium{3,2}.rst` of the AWS Neuron SDK documentation
+(`../shared/docs/nki-current.md`, "Hardware facts for trn2 and trn3").
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ KIB = 1024
 class Hardware:
     """One NeuronCore generation as the performance model sees it."""
 
-    name: str                      # target name: "trn1", "trn2"
+    name: str                      # target name: "trn1", "trn2", "trn3"
     core: str                      # "NeuronCore-v2", ...
     calibrated: bool               # True when params were fitted to real measurements
     # Engine clocks (Hz).
@@ -62,7 +65,13 @@ class Hardware:
     # Profiler reference numbers.
     profiler_hz: float
     tensor_peak_flops: float       # the `hfu_estimated_percent` denominator
+    # Documented dense FP32 TensorE rate of one core (the roofline's matmul peak).
+    fp32_matmul_flops: float
+    # NKI dialects whose kernels ran on this core, the default (a run's baseline) first:
+    # "legacy" (`import neuronxcc.nki`, Neuron <= 2.29) and "current" (`import nki`, NKI >= 0.3).
+    dialects: tuple[str, ...] = ("legacy",)
     notes: str = ""
+    sources: str = ""              # the documents the figures come from
 
     @property
     def psum_bank_bytes(self) -> int:
@@ -125,8 +134,13 @@ TRN1 = Hardware(
     shared_psum_port=("V", "S"),    # ARCH1: VectorE/ScalarE share PSUM access
     profiler_hz=1.4e9,              # SCHEMA neuroncore_cycle_count
     tensor_peak_flops=2 * 128 * 128 * 2.8e9,   # SCHEMA hfu: 2 x PEs x clock = 91.75 TFLOP/s
+    fp32_matmul_flops=23.75e12,     # PEAK: AccelOpt's TensorE fp32 constant
+    # NKI >= 0.3 kernels do not run on Trn1 (release-notes/components/nxd-inference.rst); the
+    # simulator still times current kernels for trn1 (the SDK examples), never by default.
+    dialects=("legacy", "current"),
     notes="calibrated on the 14 NKIBench baselines measured on trn1 "
           "(procedure in perf/calibrate.py, values in perf/calibrated.py)",
+    sources="AWS Neuron SDK docs: trainium_inferentia2_arch.rst, nki-dma-bandwidth-guide.rst",
 )
 
 TRN2 = Hardware(
@@ -157,10 +171,10 @@ TRN2 = Hardware(
     psum_bytes_per_partition=16 * KIB,           # ARCH2: unchanged
     psum_banks=8,
     dma_engines=16,                 # DMABW: 128 per device, 16 per core
-    dma_queues=16,
+    dma_queues=16,                  # assumed unchanged
     partitions_per_dma_engine=8,
     dma_engine_bytes_per_ns=23.0,   # DMABW: 23 B/ns per engine (368 GB/s per core)
-    hbm_bytes_per_s=3e12 / 8,       # ARCH2: 3 TB/s per device, 8 cores
+    hbm_bytes_per_s=3e12 / 8,       # ARCH2: 3 TB/s per device, 8 cores (HW2: 2.9 TB/s)
     dma_fixed_ns=1300.0,            # assumed unchanged (no trn2 measurement)
     dge_ns_per_dma=0.0,             # ARCH2 quotes ~600 ns per DGE DMA; AccelOpt disables DGE
     dma_efficiency=DMA_EFFICIENCY,  # assumed: same curve shape as trn1
@@ -168,10 +182,62 @@ TRN2 = Hardware(
     shared_psum_port=(),
     profiler_hz=1.2e9,              # SCHEMA
     tensor_peak_flops=2 * 128 * 128 * 2.4e9,
+    fp32_matmul_flops=20e12,        # ARCH2: 20 FP32 TFLOPS per NeuronCore-v3
+    dialects=("current", "legacy"),  # NKI 0.3+ supports Trn2 and Trn3; legacy up to Neuron 2.29
     notes="uncalibrated: documented NeuronCore-v3 numbers, trn1-fitted glue; no trn2 measurements",
+    sources="AWS Neuron SDK docs: nki/guides/architecture/trainium2_arch.rst, "
+            "nki/deep-dives/nki-dma-bandwidth-guide.rst",
 )
 
-HARDWARE: dict[str, Hardware] = {TRN1.name: TRN1, TRN2.name: TRN2}
+TRN3 = Hardware(
+    name="trn3",
+    core="NeuronCore-v4",
+    calibrated=False,
+    tensor_hz=2.4e9,                # ARCH3 "Compute Engine Specifications"
+    vector_hz=1.2e9,                # ARCH3 (NeuronCore-v3: 0.96)
+    scalar_hz=1.2e9,                # ARCH3
+    gpsimd_hz=1.2e9,                # ARCH3
+    pe_rows=128, pe_cols=128,       # ARCH3: "still organized as a grid of 128x128 processing elements"
+    # ARCH3: 79 BF16/FP16/TF32 and 20 FP32 TFLOPS (as NeuronCore-v3); input width 2x128 for
+    # every non-MX dtype, so plain fp8 runs at the bf16 rate (NeuronCore-v3: 4x128, double
+    # FP8). MXFP8/MXFP4 run at 4x bf16 (quad MX), which the emulator has no dtype for.
+    mm_cycles_per_column=(("float32", 4.0), ("tfloat32", 1.0), ("bfloat16", 1.0),
+                          ("float16", 1.0), ("float8_e4m3", 1.0), ("float8_e5m2", 1.0)),
+    mm_min_ii_cycles=64,            # assumed unchanged from NeuronCore-v2
+    # ARCH3 VectorE width: 512 BF16/FP16/FP8 elements/cycle, 256 for other dtypes, as ARCH2;
+    # the performance-mode factors are assumed those of NeuronCore-v3.
+    vector_fast_dtypes=("bfloat16", "float16"),
+    vector_fast_copy_factor=4.0,
+    vector_fast_other_factor=2.0,
+    vector_fp32_width_factor=2.0,
+    min_ii_cycles=64,               # assumed unchanged
+    gpsimd_start_cycles=150,        # assumed unchanged
+    partitions=128,
+    sbuf_bytes_per_partition=256 * KIB,          # ARCH3: 32 MiB = 128 x 256 KiB
+    sbuf_reserved_bytes_per_partition=16 * KIB,  # assumed: same reserve as NeuronCore-v2
+    psum_bytes_per_partition=16 * KIB,           # ARCH3: PSUM "remains the same at 2 MiB"
+    psum_banks=8,                                # MIG: 8 banks x 2 KiB per partition
+    dma_engines=16,                 # DMABW table: 16 engines per NeuronCore on TRN3
+    dma_queues=16,                  # assumed unchanged
+    partitions_per_dma_engine=8,
+    dma_engine_bytes_per_ns=33.0,   # DMABW: 33 B/ns per engine (528 GB/s per core)
+    # ARCH3: 4.7 TB/s per device, 8 NeuronCore-v4 (HW3 says 4.9 TB/s; the lower figure is used).
+    hbm_bytes_per_s=4.7e12 / 8,
+    dma_fixed_ns=1300.0,            # assumed unchanged (no trn3 measurement)
+    dge_ns_per_dma=0.0,             # as trn2: descriptors assumed static
+    dma_efficiency=DMA_EFFICIENCY,  # assumed: same curve shape as trn1
+    shared_sbuf_port=(),            # assumed: as NeuronCore-v3
+    shared_psum_port=(),
+    profiler_hz=1.2e9,              # assumed: as NeuronCore-v3
+    tensor_peak_flops=2 * 128 * 128 * 2.4e9,
+    fp32_matmul_flops=20e12,        # ARCH3: 20 FP32 TFLOPS per NeuronCore-v4
+    dialects=("current",),          # legacy neuronxcc.nki never ran on Trn3
+    notes="uncalibrated: documented NeuronCore-v4 numbers, trn1-fitted glue; no trn3 measurements",
+    sources="AWS Neuron SDK docs: nki/guides/architecture/trainium3_arch.rst, "
+            "nki/deep-dives/nki-dma-bandwidth-guide.rst",
+)
+
+HARDWARE: dict[str, Hardware] = {TRN1.name: TRN1, TRN2.name: TRN2, TRN3.name: TRN3}
 TARGETS: tuple[str, ...] = tuple(HARDWARE)
 
 
@@ -181,3 +247,8 @@ def hardware(target: str) -> Hardware:
         return HARDWARE[target]
     except KeyError:
         raise ValueError(f"unknown target {target!r}; known: {', '.join(TARGETS)}") from None
+
+
+def label(target: str) -> str:
+    """How figures of `target` are named wherever shown: "simulated trn2, uncalibrated"."""
+    return f"simulated {target}" + ("" if hardware(target).calibrated else ", uncalibrated")

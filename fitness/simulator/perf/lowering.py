@@ -87,6 +87,7 @@ class Program:
     ops: list[Op]
     tensors: dict[int, TensorMeta]
     loops: dict[int, tr.Loop] = field(default_factory=dict)
+    dialect: str = "legacy"     # the trace's: which compiler's effects apply (compiler.py)
     next_tensor_id: int = -1
     block_key: list[tuple] = field(default_factory=list)
     block_tensor: list[int] = field(default_factory=list)
@@ -150,7 +151,7 @@ def accesses(prog: Program, region: tr.Region, info: tr.TensorInfo) -> list[Acce
 def lower(trace: tr.Trace) -> Program:
     """Build the lowered program from an emulator trace (the trace is not modified)."""
     tensors = {tid: _meta(info) for tid, info in trace.tensors.items()}
-    prog = Program([], tensors, dict(trace.loops))
+    prog = Program([], tensors, dict(trace.loops), trace.dialect)
     infos = trace.tensors
     ops = prog.ops
     # Fast path of `accesses` for the common case (block dims indexed by integers).

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from .. import trace as tr
 from . import compiler, deps, lowering
 from .costs import hardware_flops
-from .hardware import Hardware, hardware
+from .hardware import Hardware, hardware, label as target_label
 from .lowering import Op, Program
 from .params import Params, for_target
 from .schedule import Schedule, schedule
@@ -122,7 +122,7 @@ def summary(prof: dict) -> str:
     order = sorted(use, key=use.__getitem__, reverse=True)
     top = order[0]
     others = ", ".join(f"{ENGINE_NAMES[e]} {100 * use[e]:.0f}%" for e in order[1:4] if use[e] >= 0.01)
-    label = f"simulated {prof['target']}"
+    label = target_label(str(prof["target"]))
     what = "DMA bandwidth used" if top == tr.DMA else f"{ENGINE_NAMES[top]} busy"
     if use[top] >= LATENCY_BOUND_BELOW:
         line = f"{ENGINE_NAMES[top]}-bound ({label}): {what} {100 * use[top]:.0f}% of the time"
