@@ -11,17 +11,14 @@ called with NumPy arrays, and `nki.simulate(kernel)(arrays)`, run through `core.
 from __future__ import annotations
 
 import functools
-import importlib.machinery
-import sys
 import types
 from collections.abc import Callable
 from typing import Any
 
 from .. import errors
-from ..core import launch, runtime
+from ..core import launch, modules, runtime
 from . import isa, language, views
 
-_MARK = "__nki_emulator__"
 
 # Legacy-only names and what the current dialect uses instead.
 LEGACY = {
@@ -119,15 +116,8 @@ def _fallback(module_name: str, lazy: Callable | None):
 
 
 def _module(name: str, attrs: dict[str, Any], package: bool = False, lazy: Callable | None = None) -> types.ModuleType:
-    mod = types.ModuleType(name, f"NKI emulator stand-in for `{name}` (fitness.simulator, current dialect).")
-    mod.__spec__ = importlib.machinery.ModuleSpec(name, None, origin="fitness.simulator (NKI emulator)",
-                                                  is_package=package)
-    if package:
-        mod.__path__ = []
-    mod.__dict__.update(attrs)
-    setattr(mod, _MARK, True)
-    mod.__getattr__ = _fallback(name, lazy)
-    return mod
+    return modules.stand_in(name, attrs, _fallback(name, lazy), package,
+                            f"NKI emulator stand-in for `{name}` (fitness.simulator, current dialect).")
 
 
 def build_modules() -> dict[str, types.ModuleType]:
@@ -142,17 +132,12 @@ def build_modules() -> dict[str, types.ModuleType]:
 
 def install_nki() -> None:
     """Make `import nki...` resolve to the emulator in this process (idempotent)."""
-    present = sys.modules.get("nki")
-    if present is not None and getattr(present, _MARK, False):
-        return
-    sys.modules.update(build_modules())
+    modules.install("nki", build_modules)
 
 
 def uninstall_nki() -> None:
     """Remove the emulator's `nki` modules from `sys.modules` (tests)."""
-    for name in [n for n in sys.modules if n == "nki" or n.startswith("nki.")]:
-        if getattr(sys.modules[name], _MARK, False):
-            del sys.modules[name]
+    modules.uninstall("nki")
 
 
 # The current dialect as the core sees it: no loop rules (all loops are Python ranges,

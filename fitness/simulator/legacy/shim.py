@@ -12,18 +12,15 @@ evaluating process asks for the emulator. Names the emulator does not implement 
 from __future__ import annotations
 
 import functools
-import importlib.machinery
-import sys
 import types
 from collections.abc import Callable
 from typing import Any
 
 from .. import errors
-from ..core import instr, launch, runtime, subscript
+from ..core import instr, launch, modules, runtime, subscript
 from . import isa, language
 from .loops import kernel_range
 
-_MARK = "__nki_emulator__"
 
 
 class JitKernel:
@@ -131,25 +128,16 @@ def _unsupported(module_name: str):
 
 def _module(name: str, attrs: dict[str, Any], lazy: Callable | None = None,
             package: bool = False) -> types.ModuleType:
-    mod = types.ModuleType(name, f"NKI emulator stand-in for `{name}` (fitness.simulator).")
-    # a spec (and a package path) so that importlib.util.find_spec and submodule imports work
-    mod.__spec__ = importlib.machinery.ModuleSpec(name, None, origin="fitness.simulator (NKI emulator)",
-                                                  is_package=package)
-    if package:
-        mod.__path__ = []
-    mod.__dict__.update(attrs)
-    setattr(mod, _MARK, True)
     fallback = _unsupported(name)
     if lazy is None:
-        mod.__getattr__ = fallback
-    else:
-        def __getattr__(attr: str):
-            try:
-                return lazy(attr)
-            except AttributeError:
-                return fallback(attr)
-        mod.__getattr__ = __getattr__
-    return mod
+        return modules.stand_in(name, attrs, fallback, package)
+
+    def __getattr__(attr: str):
+        try:
+            return lazy(attr)
+        except AttributeError:
+            return fallback(attr)
+    return modules.stand_in(name, attrs, __getattr__, package)
 
 
 def build_modules() -> dict[str, types.ModuleType]:
@@ -172,17 +160,12 @@ def build_modules() -> dict[str, types.ModuleType]:
 
 def install_neuronxcc() -> None:
     """Make `import neuronxcc.nki...` resolve to the emulator in this process (idempotent)."""
-    current = sys.modules.get("neuronxcc")
-    if current is not None and getattr(current, _MARK, False):
-        return
-    sys.modules.update(build_modules())
+    modules.install("neuronxcc", build_modules)
 
 
 def uninstall_neuronxcc() -> None:
     """Remove the emulator's `neuronxcc` modules from `sys.modules` (tests)."""
-    for name in [n for n in sys.modules if n == "neuronxcc" or n.startswith("neuronxcc.")]:
-        if getattr(sys.modules[name], _MARK, False):
-            del sys.modules[name]
+    modules.uninstall("neuronxcc")
 
 
 # The legacy dialect as the core sees it: Python syntax on tiles follows the legacy rules
