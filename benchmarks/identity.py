@@ -6,7 +6,7 @@ meant to make evaluation cheaper can be checked field by field against the code 
 
 Groups: `official`, the 14 NKIBench kernels at the paper's shapes (`--suite-dir`); `baselines`,
 the project's own baselines of every built-in problem in both dialects and of the SDK
-examples, at `--baseline-shape` (default small); `corpus`, every kernel source of the
+examples, at `--baseline-shape` (default small; an example without it at small, tiny or paper); `corpus`, every kernel source of the
 evaluation tests (`tests/fitness/eval_kernels.py`, `adversarial_kernels.py`) on silu's tiny
 shape with the integrity tests' settings. Held-out seeds are fixed values, so that two dumps
 judge the same inputs. Each record has status, error, latency, profile, dialect and the
@@ -27,11 +27,13 @@ sys.path.insert(0, str(REPO / "tests" / "fitness"))
 
 from fitness.service import Evaluator  # noqa: E402
 from fitness.settings import EvalSettings  # noqa: E402
-from nkibench.registry import baseline_dialects, builtin_names, example_names, load, make_spec  # noqa: E402
+from nkibench.registry import (baseline_dialects, builtin_names, example_names, load, make_spec,  # noqa: E402
+                               shape_names)
 
 DEFAULT_SUITE = REPO.parent / "shared" / "nkibench"
 FIELDS = ("status", "error", "latency_ms", "profile", "dialect", "speedup", "percent_of_peak")
-PAPER_SETTINGS = EvalSettings(backend="simulator", heldout_seeds=(1000, 1001), workers=1)
+# A generous time limit: a timeout depends on the machine's load, not on the code under test.
+PAPER_SETTINGS = EvalSettings(backend="simulator", heldout_seeds=(1000, 1001), timeout_s=3600, workers=1)
 CORPUS_SETTINGS = EvalSettings(backend="simulator", seeds=(0, 21), heldout_seeds=(90210, 31337), timeout_s=20,
                                memory_limit_mb=2048, workers=1)
 
@@ -40,43 +42,36 @@ def _record(result) -> dict:
     return {**{f: getattr(result, f) for f in FIELDS}, "seconds": result.seconds}
 
 
-def official(suite: str, names: list[str] | None) -> dict:
+def official(out: dict, suite: str, names: list[str] | None, saved) -> None:
     summary = json.loads((Path(suite) / "summary.json").read_text())
-    out = {}
     with Evaluator(PAPER_SETTINGS) as ev:
         for name in names or list(summary):
             spec = make_spec(name, suite_dir=suite)
             out[spec.label()] = _record(ev.evaluate(spec, load(spec).baseline_source))
-            print(f"official {spec.label()}: {out[spec.label()]['status']} {out[spec.label()]['seconds']:.1f} s",
-                  flush=True)
-    return out
+            saved(f"official {spec.label()}: {out[spec.label()]['status']} {out[spec.label()]['seconds']:.1f} s")
 
 
-def baselines(shape: str) -> dict:
-    out = {}
+def baselines(out: dict, shape: str, saved) -> None:
     with Evaluator(PAPER_SETTINGS) as ev:
-        for name in builtin_names():
-            for dialect in baseline_dialects(name):
-                spec = make_spec(name, shape, dialect=dialect)
-                out[spec.label()] = _record(ev.evaluate(spec, load(spec).baseline_source))
-        for name in example_names():
-            spec = make_spec(name, "small" if shape == "small" else "paper")
+        specs = [make_spec(name, shape, dialect=dialect) for name in builtin_names() for dialect in baseline_dialects(name)]
+        specs += [make_spec(name, next(s for s in (shape, "small", "tiny", "paper") if s in shape_names(name)))
+                  for name in example_names()]
+        for spec in specs:
             out[spec.label()] = _record(ev.evaluate(spec, load(spec).baseline_source))
-    return out
+            saved("")
 
 
-def corpus() -> dict:
+def corpus(out: dict, saved) -> None:
     import adversarial_kernels
     import eval_kernels
 
     spec = make_spec("silu", "tiny")
-    out = {}
     with Evaluator(CORPUS_SETTINGS) as ev:
         for module in (eval_kernels, adversarial_kernels):
             for name, value in sorted(vars(module).items()):
                 if name.isupper() and isinstance(value, str) and "def " in value:
                     out[f"{module.__name__}.{name}"] = _record(ev.evaluate(spec, value))
-    return out
+                    saved("")
 
 
 def compare(before: dict, after: dict) -> list[str]:
@@ -113,11 +108,21 @@ def main() -> int:
         parser.error("--out is required unless --compare")
     dump: dict = {}
     started = time.monotonic()
-    for group in args.groups:
-        dump[group] = (official(args.suite_dir, args.kernels) if group == "official"
-                       else baselines(args.baseline_shape) if group == "baselines" else corpus())
+
+    def saved(line: str) -> None:   # after every kernel: a long dump that is cut short keeps what it has
         Path(args.out).write_text(json.dumps(dump, indent=1, sort_keys=True) + "\n")
-        print(f"{group}: {len(dump[group])} kernels, {time.monotonic() - started:.0f} s so far", flush=True)
+        if line:
+            print(line, flush=True)
+
+    for group in args.groups:
+        out = dump[group] = {}
+        if group == "official":
+            official(out, args.suite_dir, args.kernels, saved)
+        elif group == "baselines":
+            baselines(out, args.baseline_shape, saved)
+        else:
+            corpus(out, saved)
+        print(f"{group}: {len(out)} kernels, {time.monotonic() - started:.0f} s so far", flush=True)
     return 0
 
 
