@@ -60,14 +60,18 @@ class Evaluator:
 
     def __init__(self, settings: EvalSettings, run_dir: Path | None = None) -> None:
         self.settings = settings
-        name, reason = backends.choose(settings.backend)
+        host = backends.probe_neuron() if settings.backend != "simulator" else backends.NeuronHost()
+        name, reason = backends.choose(settings.backend, host, settings.target)
         self._backend_choice = (name, reason)
         workers = settings.workers
         self._cores: CoreLeases | None = None
+        self._host: backends.NeuronHost | None = None
+        self.target = settings.target
         if name == "trainium":
-            cores = backends.probe_neuron().cores
-            workers = cores             # one evaluation per NeuronCore
-            self._cores = CoreLeases(cores)
+            self._host = host
+            self.target = host.target   # the chip that measures, detected (choose checked it is the run's)
+            workers = host.cores        # one evaluation per NeuronCore
+            self._cores = CoreLeases(host.cores)
         self.run_dir = Path(run_dir) if run_dir else None
         folders = [self.run_dir / "cache" / "evaluations"] if self.run_dir else []
         if settings.cache_dir:
@@ -162,7 +166,8 @@ class Evaluator:
     def _key(self, spec: ProblemSpec, source: str) -> str:
         s = self.settings
         gate_settings = [list(s.seeds), list(s.heldout_seeds), s.rel_tol]
-        return cache_key(source, spec, self.backend, s.target, gate_settings, self._version)
+        hardware = [self._host.sdk_version, self._host.instance_type] if self._host else None
+        return cache_key(source, spec, self.backend, self.target, gate_settings, self._version, hardware)
 
     def _baseline_future(self, spec: ProblemSpec) -> Future:
         with self._lock:
@@ -194,7 +199,9 @@ class Evaluator:
         result.kernel_id = kernel_id(source)
         result.problem = spec.label()
         result.backend = self.backend
-        result.target = self.settings.target
+        result.target = self.target
+        if self._host is not None:
+            result.sdk_version, result.instance_type = self._host.sdk_version, self._host.instance_type
         result.seconds = time.monotonic() - started
         self._cache.put(key, result)
         return result
@@ -205,8 +212,8 @@ class Evaluator:
             verdict = policy.review(source)
         except SyntaxError as exc:
             return EvalResult(COMPILE_ERROR, policy.syntax_error_message(exc))
-        refusal = (backends.dialect_refusal(self.backend, verdict.dialect)
-                   or backends.target_refusal(self.settings.target, verdict.dialect))
+        refusal = (backends.dialect_refusal(self.backend, verdict.dialect, self._host)
+                   or backends.target_refusal(self.target, verdict.dialect))
         if verdict.violations:
             result = EvalResult(REJECTED, f"policy: {verdict.violations[0]}")
         elif refusal:
@@ -230,15 +237,17 @@ class Evaluator:
             judge = _Judge(problem, cases, self.settings.rel_tol or problem.tolerance, workdir)
             request = {
                 "source": source, "problem": [spec.name, list(spec.params), spec.suite_dir],
-                "backend": self.backend, "target": self.settings.target, "options": {},
+                "backend": self.backend, "target": self.target,
+                "options": {"profiler": self._host.profiler} if self._host else {},
                 "cases": [{"label": c.label, "inputs": c.data.request_inputs()} for c in cases],
                 "outputs": [{"shape": list(r.shape), "dtype": r.dtype.str} for r in references],
             }
-            limits = sandbox.Limits(self.settings.timeout_s, self.settings.memory_limit_mb)
+            limits = sandbox.Limits(self.settings.timeout_s, self.settings.memory_limit_mb,
+                                    toolchain=self._cores is not None)
             if self._cores is not None:
                 with self._cores.lease() as core:
                     outcome = sandbox.run("fitness.worker", request, limits, workdir, judge.on_message,
-                                          extra_env=core_env(core), registry=self._processes)
+                                          extra_env=core_env(core, self.target), registry=self._processes)
             else:
                 outcome = self._run_forked(request, limits, workdir, judge)
             result = judge.result(outcome, reference_dtypes, self.settings.timeout_s)
@@ -286,7 +295,7 @@ class Evaluator:
                 result.speedup = baseline.latency_ms / result.latency_ms
             counts = load(spec).counts
             if counts is not None:
-                peak = roofline(counts.flops_matmul, counts.flops_vector, counts.hbm_bytes, self.settings.target)
+                peak = roofline(counts.flops_matmul, counts.flops_vector, counts.hbm_bytes, self.target)
                 result.percent_of_peak = percent_of_peak(peak.peak_latency_ms, result.latency_ms)
         return result
 
