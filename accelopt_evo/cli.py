@@ -1,4 +1,5 @@
-"""`python -m accelopt_evo` / `accelopt-evo`: run, resume, eval, problems, report, model-check.
+"""`python -m accelopt_evo` / `accelopt-evo`: run, resume, eval, problems, report, model-check,
+doctor, measure, calibrate.
 
 Every error a user can cause ends with one line on stderr and exit status 2.
 """
@@ -103,6 +104,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="NKIBench folder: its kernels (default: beside FILE), variants' references")
     mc.add_argument("--trace-cache", metavar="DIR", help="keep emulator traces in DIR")
     mc.add_argument("--json", action="store_true")
+
+    doc = sub.add_parser("doctor", help="what this machine can do: SDK, devices, backend, target, LLM endpoint")
+    doc.add_argument("--backend", choices=config_mod.BACKENDS, help="the backend to check (default: evaluation.backend)")
+    doc.add_argument("--target", choices=config_mod.TARGETS, help="the run's target (default: evaluation.target)")
+    _config_flags(doc)
     return parser
 
 
@@ -246,8 +252,35 @@ def cmd_model_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """Exit 0 when a run can start, 1 when it cannot (the screen says why)."""
+    from fitness import backends
+
+    from .doctor import diagnose
+
+    overrides: dict[str, Any] = {"evaluation": {}}
+    if args.backend:
+        overrides["evaluation"]["backend"] = args.backend
+    if args.target:
+        overrides["evaluation"]["target"] = args.target
+    cfg = _resolve(args, overrides)
+
+    def check_llm() -> str:
+        from operators import llm
+
+        try:
+            llm.check_endpoint(llm.Settings.from_config(cfg).llm)
+        except llm.EndpointError as exc:
+            return str(exc)
+        return ""
+
+    diagnosis = diagnose(cfg, backends.probe_neuron(), check_llm)
+    print("\n".join(diagnosis.lines))
+    return 0 if diagnosis.can_run else 1
+
+
 COMMANDS = {"run": cmd_run, "resume": cmd_resume, "eval": cmd_eval, "problems": cmd_problems,
-            "report": cmd_report, "model-check": cmd_model_check}
+            "report": cmd_report, "model-check": cmd_model_check, "doctor": cmd_doctor}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
