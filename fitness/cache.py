@@ -47,16 +47,17 @@ def evaluator_version() -> str:
 
 
 def cache_key(source: str, spec: ProblemSpec, backend: str, target: str, gate: Sequence[Any],
-              version: str, hardware: Sequence[str] | None = None) -> str:
-    """`hardware` ([SDK version, instance type]) keeps hardware results of different SDKs and
-    chips apart; None (the simulator) keeps the keys of earlier releases."""
+              version: str, context: Sequence[str] | None = None) -> str:
+    """`context` is what else decides a figure: [SDK version, instance type] for hardware
+    results (so that SDKs and chips never mix), a user calibration's digest for the simulator;
+    None (the simulator with its shipped parameters) keeps the keys of earlier releases."""
     problem = [spec.name, list(spec.params), spec.suite_dir]
     if spec.dialect:   # the baseline's dialect decides speedups; "" keeps earlier keys
         problem.append(spec.dialect)
     fields = {"source": normalize_source(source), "problem": problem,
               "backend": backend, "target": target, "gate": list(gate), "version": version}
-    if hardware is not None:
-        fields["hardware"] = list(hardware)
+    if context is not None:
+        fields["context"] = list(context)
     blob = json.dumps(fields, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
 

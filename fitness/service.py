@@ -27,6 +27,8 @@ from nkibench.families import STANDARD
 from nkibench.problem import Problem, ProblemSpec
 from nkibench.registry import load
 
+from fitness.simulator.perf import calibration as calibration_mod
+
 from . import backends, gate, policy, precision, sandbox
 from .backends.trainium import CoreLeases, core_env
 from .cache import EvalCache, cache_key, evaluator_version
@@ -72,6 +74,9 @@ class Evaluator:
             self.target = host.target   # the chip that measures, detected (choose checked it is the run's)
             workers = host.cores        # one evaluation per NeuronCore
             self._cores = CoreLeases(host.cores)
+        # a user calibration of the target (simulator only; hardware figures are measured)
+        self._calibration = (calibration_mod.resolve(settings.calibration, settings.target)
+                             if name == "simulator" else None)
         self.run_dir = Path(run_dir) if run_dir else None
         folders = [self.run_dir / "cache" / "evaluations"] if self.run_dir else []
         if settings.cache_dir:
@@ -166,8 +171,16 @@ class Evaluator:
     def _key(self, spec: ProblemSpec, source: str) -> str:
         s = self.settings
         gate_settings = [list(s.seeds), list(s.heldout_seeds), s.rel_tol]
-        hardware = [self._host.sdk_version, self._host.instance_type] if self._host else None
-        return cache_key(source, spec, self.backend, self.target, gate_settings, self._version, hardware)
+        return cache_key(source, spec, self.backend, self.target, gate_settings, self._version, self._context)
+
+    @property
+    def _context(self) -> list[str] | None:
+        """What besides backend and target decides a figure (fitness.cache.cache_key)."""
+        if self._host is not None:
+            return [self._host.sdk_version, self._host.instance_type]
+        if self._calibration is not None:
+            return ["calibration", self._calibration.digest]
+        return None
 
     def _baseline_future(self, spec: ProblemSpec) -> Future:
         with self._lock:
@@ -202,6 +215,8 @@ class Evaluator:
         result.target = self.target
         if self._host is not None:
             result.sdk_version, result.instance_type = self._host.sdk_version, self._host.instance_type
+        if self._calibration is not None:
+            result.calibration = self._calibration.label
         result.seconds = time.monotonic() - started
         self._cache.put(key, result)
         return result
@@ -238,7 +253,7 @@ class Evaluator:
             request = {
                 "source": source, "problem": [spec.name, list(spec.params), spec.suite_dir],
                 "backend": self.backend, "target": self.target,
-                "options": {"profiler": self._host.profiler} if self._host else {},
+                "options": self._worker_options(),
                 "cases": [{"label": c.label, "inputs": c.data.request_inputs()} for c in cases],
                 "outputs": [{"shape": list(r.shape), "dtype": r.dtype.str} for r in references],
             }
@@ -256,6 +271,13 @@ class Evaluator:
             return result
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
+
+    def _worker_options(self) -> dict[str, Any]:
+        if self._host is not None:
+            return {"profiler": self._host.profiler}
+        if self._calibration is not None:
+            return {"calibration": {"data": self._calibration.to_dict(), "path": self._calibration.path}}
+        return {}
 
     def _run_forked(self, request: dict[str, Any], limits: sandbox.Limits, workdir: Path,
                     judge: "_Judge") -> sandbox.Outcome:

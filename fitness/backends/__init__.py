@@ -104,7 +104,7 @@ def load_runner(name: str, target: str, options: dict[str, Any]) -> Runner:
     if name == "simulator":
         from .simulator import SimulatorRunner
 
-        return SimulatorRunner(target)
+        return SimulatorRunner(target, options)
     if name == "trainium":
         from .trainium import TrainiumRunner
 

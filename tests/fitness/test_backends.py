@@ -12,7 +12,6 @@ import subprocess
 import sys
 import threading
 
-import fake_neuron
 import numpy as np
 import pytest
 
@@ -183,9 +182,9 @@ def test_cache_keys_keep_hardware_results_of_different_sdks_and_chips_apart():
     spec = make_spec("silu", "small")
     src = "def kernel(a):\n    return a\n"
     key = [src, spec, "trainium", "trn1", [[0], [], 0.0], "1-abc"]
-    a = cache_key(*key, hardware=["neuronx-cc 2.21.18", "trn1.2xlarge"])
-    assert a != cache_key(*key, hardware=["neuronx-cc 2.22.0", "trn1.2xlarge"])
-    assert a != cache_key(*key, hardware=["neuronx-cc 2.21.18", "trn1.32xlarge"])
+    a = cache_key(*key, context=["neuronx-cc 2.21.18", "trn1.2xlarge"])
+    assert a != cache_key(*key, context=["neuronx-cc 2.22.0", "trn1.2xlarge"])
+    assert a != cache_key(*key, context=["neuronx-cc 2.21.18", "trn1.32xlarge"])
     # simulator keys are those of earlier releases (this value was computed by the release before)
     assert cache_key(src, spec, "simulator", "trn1", [[0], [], 0.0], "1-abc") == (
         "30f7b076e47ebd0f601b04d5585001e2ab3f70d2f0576ea844c27ae408cbbee7")
@@ -227,22 +226,6 @@ def test_core_count_from_neuron_ls():
 
 
 # -- both SDK paths against the fake toolchain --------------------------------------------------
-
-
-@pytest.fixture
-def fake_toolchain(tmp_path, monkeypatch):
-    """make(**versions) -> an active fake toolchain; NKI modules it imported are dropped after."""
-    before = {n for n in sys.modules if n.split(".")[0] in fake_neuron.ROOTS}
-
-    def make(**versions):
-        chain = fake_neuron.make(tmp_path / "toolchain", **versions)
-        fake_neuron.activate(chain, monkeypatch)
-        return chain
-
-    yield make
-    for name in [n for n in sys.modules if n.split(".")[0] in fake_neuron.ROOTS and n not in before]:
-        del sys.modules[name]
-    sys.modules.pop("kernel", None)
 
 
 def _runner(tmp_path, monkeypatch, target="trn1", core=0):
