@@ -59,6 +59,25 @@ class ArtifactError(RuntimeError):
     """A NEFF or NTFF the toolchain should have written is missing."""
 
 
+class ProfilerError(RuntimeError):
+    """The profiler failed; the message is one line with its exit status and last output."""
+
+
+def run_tool(command: list[str]) -> bytes:
+    """stdout of a toolchain command, or ProfilerError naming it."""
+    try:
+        done = subprocess.run(command, capture_output=True, timeout=PROFILE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise ProfilerError(f"{Path(command[0]).name} {command[1]} took over {PROFILE_TIMEOUT_S:g} s") from None
+    except OSError as exc:
+        raise ProfilerError(f"cannot run {command[0]}: {exc.strerror or exc}") from None
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).decode(errors="replace").strip().splitlines()[-1:]
+        raise ProfilerError(f"{Path(command[0]).name} {command[1]} failed (exit {done.returncode})"
+                            + (f": {tail[0][:300]}" if tail else ""))
+    return done.stdout
+
+
 def core_env(core: int, target: str = "trn1") -> dict[str, str]:
     """Environment of a kernel process pinned to one NeuronCore; on trn2/trn3 the runtime's
     logical-core configuration is set to 1 to match the compile option."""
@@ -249,9 +268,15 @@ class TrainiumRunner:
     def _current_timed(self, neff: Path) -> tuple[Path, Path]:
         self._runs += 1
         prefix = f"kernel-{self._runs:03d}"
-        subprocess.run(capture_command(neff, self.workdir / prefix, self.profiler), capture_output=True,
-                       check=True, timeout=PROFILE_TIMEOUT_S)
+        run_tool(capture_command(neff, self.workdir / prefix, self.profiler))
         return neff, captured_trace(self.workdir, prefix)
+
+    def _keep_only(self, neff: Path, ntff: Path) -> None:
+        """The artifacts of the newest timed run are kept (the run folder takes them); earlier
+        ones are removed, so that a retried series does not fill the disk."""
+        for name in set(self.artifacts) - {neff.name, ntff.name}:
+            (self.workdir / name).unlink(missing_ok=True)
+        self.artifacts = [neff.name, ntff.name]
 
     def measure(self, source: str, args: list[Any], trace: Any) -> tuple[float, dict[str, Any]]:
         fn = self._kernel_fn(source)
@@ -262,10 +287,12 @@ class TrainiumRunner:
                 self.run(source, args)
                 return None
             neff, ntff = self._legacy_timed(fn, args) if neff0 is None else self._current_timed(neff0)
-            out = subprocess.run(profile_view_command(neff, ntff, self.profiler), capture_output=True,
-                                 check=True, timeout=PROFILE_TIMEOUT_S).stdout
-            self.artifacts = [neff.name, ntff.name]
-            return parse_summary(json.loads(out))
+            out = run_tool(profile_view_command(neff, ntff, self.profiler))
+            self._keep_only(neff, ntff)
+            try:
+                return parse_summary(json.loads(out))
+            except (ValueError, TypeError, AttributeError) as exc:
+                raise ProfilerError(f"{Path(self.profiler).name} view printed no usable summary: {exc}") from None
 
         best, spreads = timed_series(run_once)
         profile: dict[str, Any] = dict(best.profile)

@@ -264,7 +264,8 @@ def test_legacy_path_fresh_artifact_names_per_timed_run(tmp_path, monkeypatch, f
     assert latency == pytest.approx(np.mean([1.0, 1.001, 1.002] * 3 + [1.0]))
     assert profile["hbm_read_bytes"] == 1048576 and profile["series_spreads"] == [pytest.approx(0.002)]
     assert runner.artifacts == ["kernel-010.neff", "kernel-010.ntff"]
-    assert (work / "kernel-010.neff").is_file() and not list(work.glob("run-*"))
+    assert sorted(p.name for p in work.glob("kernel-*")) == ["kernel-010.neff", "kernel-010.ntff"]
+    assert not list(work.glob("run-*"))       # earlier runs' files and folders are gone
 
 
 def test_a_missing_artifact_is_named_before_profiling(tmp_path, monkeypatch, fake_toolchain):
@@ -306,6 +307,16 @@ def test_current_path_captures_a_warm_execution_pinned_to_its_core(tmp_path, mon
                             "NEURON_LOGICAL_NC_CONFIG": "1"} for c in calls)
     assert latency == pytest.approx(1.0) and profile["device_core"] == "3"
     assert runner.artifacts == ["kernel.neff", "kernel-010_exec_2.ntff"]
+
+
+def test_a_failing_profiler_is_one_line(tmp_path, monkeypatch, fake_toolchain):
+    chain = fake_toolchain(nki="0.6.0")
+    _, source, args = _silu("current")
+    runner, work = _runner(tmp_path, monkeypatch, target="trn2")
+    runner.run(source, args)
+    (chain.bin / "neuron-explorer").write_text("#!/bin/sh\necho 'ERROR: device busy' >&2\nexit 3\n")
+    with pytest.raises(trainium.ProfilerError, match=r"^neuron-explorer capture failed \(exit 3\): ERROR: device busy$"):
+        runner.measure(source, args, None)
 
 
 def test_current_path_without_a_neff_from_the_runtime_says_so(tmp_path, monkeypatch, fake_toolchain):
