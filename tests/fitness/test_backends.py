@@ -345,3 +345,37 @@ def test_trainium_end_to_end(tmp_path):
     assert result.ok, result.error
     assert result.latency_ms > 0 and result.profile["rel_diffs"] >= 0 and result.speedup == 1.0
     assert list((tmp_path / "artifacts").rglob("*.neff")) and list((tmp_path / "artifacts").rglob("*.ntff"))
+
+
+def test_each_concurrent_evaluation_runs_pinned_to_its_own_core(tmp_path, monkeypatch):
+    """The evaluator gives every kernel process one NeuronCore of its own, at logical-core
+    configuration 1 on trn2, with the toolchain's limits (the sandbox itself is replaced)."""
+    from fitness import service as service_mod
+    from fitness.sandbox import Outcome
+    from fitness.service import Evaluator
+    from fitness.settings import EvalSettings
+
+    trn2 = NeuronHost("/opt/neuronxcc", ("/dev/neuron0",), 2, nki="/opt/nki", compiler_version="2.23.1",
+                      nki_version="0.6.0", instance_type="trn2.48xlarge", profiler="/opt/bin/neuron-explorer")
+    monkeypatch.setattr(backends, "probe_neuron", lambda: trn2)
+    both_running = threading.Barrier(2, timeout=20)
+    seen = []
+
+    def sandboxed(module, request, limits, workdir, on_message=None, *, extra_env=None, **_):
+        seen.append((dict(extra_env or {}), limits.toolchain, request["target"], request["options"]))
+        both_running.wait()      # two evaluations hold their cores at the same time
+        return Outcome(returncode=1, stderr="stand-in kernel process")
+
+    monkeypatch.setattr(service_mod.sandbox, "run", sandboxed)
+    spec = make_spec("silu", "small", dialect="current")
+    source = load(spec).baseline_source
+    with Evaluator(EvalSettings(backend="auto", target="trn2"), run_dir=tmp_path) as ev:
+        assert ev.backend_choice[0] == "trainium"
+        results = ev.evaluate_many(spec, [source, source + "\n# a second kernel\nX = 1\n"])
+    assert [r.status for r in results] == ["crashed", "crashed"]
+    assert {r.instance_type for r in results} == {"trn2.48xlarge"} and results[0].target == "trn2"
+    envs = [env for env, *_ in seen]
+    assert sorted(env["NEURON_RT_VISIBLE_CORES"] for env in envs[:2]) == ["0", "1"]
+    assert all(env["NEURON_LOGICAL_NC_CONFIG"] == "1" and env["NEURON_RT_NUM_CORES"] == "1" for env in envs)
+    assert all(toolchain and target == "trn2" and options == {"profiler": "/opt/bin/neuron-explorer"}
+               for _, toolchain, target, options in seen)
