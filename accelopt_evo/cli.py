@@ -1,4 +1,5 @@
-"""`python -m accelopt_evo` / `accelopt-evo`: run, resume, eval, problems, report, model-check.
+"""`python -m accelopt_evo` / `accelopt-evo`: run, resume, eval, problems, report, model-check,
+doctor, measure, calibrate.
 
 Every error a user can cause ends with one line on stderr and exit status 2.
 """
@@ -103,6 +104,36 @@ def build_parser() -> argparse.ArgumentParser:
                     help="NKIBench folder: its kernels (default: beside FILE), variants' references")
     mc.add_argument("--trace-cache", metavar="DIR", help="keep emulator traces in DIR")
     mc.add_argument("--json", action="store_true")
+
+    mc.add_argument("--target", choices=config_mod.TARGETS, default="trn1",
+                    help="the target the measurements are of (default trn1)")
+    mc.add_argument("--calibration", metavar="FILE",
+                    help="a calibration file (calibrate) to check instead of the shipped parameters")
+
+    ms = sub.add_parser("measure", help="on a Trainium host: measure kernels, write a measurements file")
+    ms.add_argument("kernels", nargs="+", metavar="KERNEL.py")
+    ms.add_argument("--problem", required=True, metavar="NAME", help="an NKIBench problem (its reference judges)")
+    ms.add_argument("--shape", metavar="NAME", help="named shape of the problem (default: run.shape, paper)")
+    ms.add_argument("--out", default="measurements.json", metavar="FILE",
+                    help="measurements file to write (default measurements.json)")
+    _config_flags(ms)
+
+    cal = sub.add_parser("calibrate", help="fit the performance model to measurements of a target")
+    cal.add_argument("--target", required=True, choices=config_mod.TARGETS)
+    cal.add_argument("--measurements", required=True, nargs="+", metavar="FILE",
+                     help="measurements files (NKIBench or variants format, e.g. written by measure)")
+    cal.add_argument("--suite-dir", metavar="PATH", help="NKIBench folder (kernels, variants' references)")
+    cal.add_argument("--out", metavar="FILE", help="calibration file to write (default: the per-user file "
+                                                   "of the target, which evaluation.calibration = auto uses)")
+    cal.add_argument("--trace-cache", metavar="DIR", help="keep emulator traces in DIR")
+    cal.add_argument("--no-loo", action="store_true", help="fit on all cases only (no held-out folds)")
+    cal.add_argument("--quick", action="store_true",
+                     help="one sweep and one round instead of the full procedure (a rough fit, for trials)")
+
+    doc = sub.add_parser("doctor", help="what this machine can do: SDK, devices, backend, target, LLM endpoint")
+    doc.add_argument("--backend", choices=config_mod.BACKENDS, help="the backend to check (default: evaluation.backend)")
+    doc.add_argument("--target", choices=config_mod.TARGETS, help="the run's target (default: evaluation.target)")
+    _config_flags(doc)
     return parser
 
 
@@ -197,7 +228,8 @@ def _describe_result(r: Any) -> str:
         return f"{dialect}{r.status}: {r.error}"
     pct = f", {r.percent_of_peak:.1f}% of peak" if r.percent_of_peak is not None else ", % of peak unknown"
     speedup = f"speedup {r.speedup:.3f}x" if r.speedup is not None else "speedup unknown (the baseline failed)"
-    lines = [f"{dialect}ok: {r.latency_ms:.4f} ms ({figure_label(r.backend, r.target)}), {speedup}{pct}"]
+    label = figure_label(r.backend, r.target, r.calibration, r.instance_type)
+    lines = [f"{dialect}ok: {r.latency_ms:.4f} ms ({label}), {speedup}{pct}"]
     if r.profile.get("bottleneck"):
         lines.append(str(r.profile["bottleneck"]))
     return "\n".join(lines)
@@ -236,18 +268,83 @@ def cmd_model_check(args: argparse.Namespace) -> int:
     path = Path(args.measurements)
     if not path.is_file():
         raise UserError(f"measurements file '{path}' does not exist")
+    from fitness.simulator.perf.calibration import read as read_calibration
     from fitness.simulator.perf.check import format_model_check, model_check
 
     try:
-        result = model_check(path, args.suite_dir, trace_cache=args.trace_cache)
+        calibration = read_calibration(args.calibration) if args.calibration else None
+        if calibration is not None and calibration.target != args.target:
+            raise ValueError(f"calibration file '{args.calibration}' is for {calibration.target}, not --target "
+                             f"{args.target}")
+        result = model_check(path, args.suite_dir, args.target, args.trace_cache, calibration)
     except (ValueError, KeyError, OSError) as exc:
         raise UserError(f"model-check: {exc}") from None
     print(json.dumps(result, indent=1, sort_keys=True) if args.json else format_model_check(result))
     return 0
 
 
+def cmd_measure(args: argparse.Namespace, evaluator_factory: Any = None) -> int:
+    from .measure import measure
+
+    path = measure(args.kernels, args.problem, args.shape, Path(args.out),
+                   lambda overrides: _resolve(args, overrides), evaluator_factory)
+    print(f"measurements: {path}")
+    return 0
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from fitness.simulator.perf import calibrate as fit_mod
+    from fitness.simulator.perf import calibration
+
+    for name in args.measurements:
+        if not Path(name).is_file():
+            raise UserError(f"measurements file '{name}' does not exist")
+    quick = dict(sweeps=fit_mod.SWEEPS[:1], rounds=1) if args.quick else {}
+    try:
+        result = fit_mod.run_fit(args.measurements, args.target, args.suite_dir, args.trace_cache,
+                                 not args.no_loo, lambda msg: print(msg, file=sys.stderr, flush=True), **quick)
+    except (ValueError, KeyError, OSError) as exc:
+        raise UserError(f"calibrate: {exc}") from None
+    out = Path(args.out) if args.out else calibration.default_path(args.target)
+    written = calibration.write(out, result.calibration(args.target, args.measurements))
+    s = result.summary
+    print(f"calibration for {args.target}: {written.path} ({len(result.data)} cases; {s['figures']}: median "
+          f"|error| {100 * s['median']:.1f}%, max {100 * s['max']:.1f}%, Spearman {s['spearman']:.3f})")
+    if not args.out:
+        print("the simulator uses it for this target (evaluation.calibration = auto)")
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """Exit 0 when a run can start, 1 when it cannot (the screen says why)."""
+    from fitness import backends
+
+    from .doctor import diagnose
+
+    overrides: dict[str, Any] = {"evaluation": {}}
+    if args.backend:
+        overrides["evaluation"]["backend"] = args.backend
+    if args.target:
+        overrides["evaluation"]["target"] = args.target
+    cfg = _resolve(args, overrides)
+
+    def check_llm() -> str:
+        from operators import llm
+
+        try:
+            llm.check_endpoint(llm.Settings.from_config(cfg).llm)
+        except llm.EndpointError as exc:
+            return str(exc)
+        return ""
+
+    diagnosis = diagnose(cfg, backends.probe_neuron(), check_llm)
+    print("\n".join(diagnosis.lines))
+    return 0 if diagnosis.can_run else 1
+
+
 COMMANDS = {"run": cmd_run, "resume": cmd_resume, "eval": cmd_eval, "problems": cmd_problems,
-            "report": cmd_report, "model-check": cmd_model_check}
+            "report": cmd_report, "model-check": cmd_model_check, "doctor": cmd_doctor,
+            "measure": cmd_measure, "calibrate": cmd_calibrate}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -38,7 +38,7 @@ HELDOUT_MODES = ("secret", "derived")
 DIALECT_CHOICES = ("auto",) + tuple(DIALECT_OF_NAME)
 # Settings added after schema 2 that a configuration hash leaves out while at these defaults,
 # so that run folders of earlier releases keep their hash (and resume).
-LATER_DEFAULTS = {"run.dialect": "auto"}
+LATER_DEFAULTS = {"run.dialect": "auto", "evaluation.calibration": EvalSettings.calibration}
 
 
 @dataclass

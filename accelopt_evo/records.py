@@ -43,15 +43,19 @@ class RecordError(ValueError):
     """A record that is not whole (damaged or incomplete); readers skip or report it."""
 
 
-def figure_label(backend: str, target: str) -> str:
-    """How a figure was obtained, as every output states it next to a number."""
+def figure_label(backend: str, target: str, calibration: str = "", instance_type: str = "") -> str:
+    """How a figure was obtained, as every output states it next to a number. `calibration`
+    names a user calibration the simulator used ("" = shipped parameters); `instance_type`
+    the instance that measured a hardware figure."""
     known = HARDWARE.get(target)
     target = target or "an unknown target"
     if backend == "simulator":
+        if calibration:
+            return f"simulated estimate for {target}, {calibration}"
         # every figure of an uncalibrated target says so where it is shown
         return f"simulated estimate for {target}" + (", uncalibrated" if known and not known.calibrated else "")
     if backend == "trainium":
-        return f"measured on {target} hardware"
+        return f"measured on {target} hardware" + (f" ({instance_type})" if instance_type else "")
     return f"{backend or 'unknown'} backend, target {target}"
 
 

@@ -312,7 +312,8 @@ def lineage(best: Kernel, index: dict[tuple[str, str], Kernel]) -> tuple[list[Ke
 
 
 def run_label(data: RunData) -> str:
-    labels = sorted({figure_label(e.result.backend, e.result.target) for e in data.evaluations if _valid(e)})
+    labels = sorted({figure_label(e.result.backend, e.result.target, e.result.calibration, e.result.instance_type)
+                     for e in data.evaluations if _valid(e)})
     if not labels:
         target = data.setting("evaluation", "target", "")
         return figure_label(data.setting("evaluation", "backend", ""), target)

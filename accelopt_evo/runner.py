@@ -198,7 +198,8 @@ class Run:
                 append_evaluation(self.folder.evaluations, ev)
             best = self.engine.best(rep.problem)
             write_text_atomic(self.folder.best / f"{rep.problem}.py", best.source)
-            self.log(rep.summary(figure_label(best.result.backend, best.result.target or self.cfg.evaluation.target)))
+            self.log(rep.summary(figure_label(best.result.backend, best.result.target or self.cfg.evaluation.target,
+                                              best.result.calibration, best.result.instance_type)))
         write_memory_file(self.folder.memory, MemoryFile(tuple(self.engine.memory.entries)))
         state = dataclasses.replace(self.engine.state_dict(), config_hash=self.cfg.hash(), written=time.time(),
                                     llm_spent=self.operators.spent())
@@ -233,12 +234,13 @@ def open_evaluator(cfg: Config, folder: RunFolder | None) -> Any:
     records, or new ones for a one-off evaluation; tests may pass another factory."""
     from fitness.backends import BackendError
     from fitness.service import Evaluator
+    from fitness.simulator.perf.calibration import CalibrationError
 
     recorded = read_heldout(folder.heldout) if folder else None
     settings = config_mod.evaluation_settings(cfg, (recorded or new_heldout(cfg)).seeds)
     try:
         return Evaluator(settings, run_dir=folder.root.resolve() if folder else None)
-    except BackendError as exc:
+    except (BackendError, CalibrationError) as exc:
         raise UserError(str(exc)) from None
 
 

@@ -47,14 +47,18 @@ def evaluator_version() -> str:
 
 
 def cache_key(source: str, spec: ProblemSpec, backend: str, target: str, gate: Sequence[Any],
-              version: str) -> str:
+              version: str, context: Sequence[str] | None = None) -> str:
+    """`context` is what else decides a figure: [SDK version, instance type] for hardware
+    results (so that SDKs and chips never mix), a user calibration's digest for the simulator;
+    None (the simulator with its shipped parameters) keeps the keys of earlier releases."""
     problem = [spec.name, list(spec.params), spec.suite_dir]
     if spec.dialect:   # the baseline's dialect decides speedups; "" keeps earlier keys
         problem.append(spec.dialect)
-    blob = json.dumps({
-        "source": normalize_source(source), "problem": problem,
-        "backend": backend, "target": target, "gate": list(gate), "version": version,
-    }, sort_keys=True)
+    fields = {"source": normalize_source(source), "problem": problem,
+              "backend": backend, "target": target, "gate": list(gate), "version": version}
+    if context is not None:
+        fields["context"] = list(context)
+    blob = json.dumps(fields, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 

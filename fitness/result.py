@@ -18,6 +18,7 @@ MEMORY_EXCEEDED = "memory_exceeded"
 CRASHED = "crashed"                # the worker died (signal, internal error)
 
 STATUSES = (OK, REJECTED, COMPILE_ERROR, INCORRECT, TIMEOUT, MEMORY_EXCEEDED, CRASHED)
+_OPTIONAL = ("dialect", "sdk_version", "instance_type", "calibration")   # left out of to_dict when unset
 
 
 @dataclass
@@ -35,6 +36,11 @@ class EvalResult:
     kernel_id: str = ""
     problem: str = ""
     dialect: "Dialect | None" = None      # the NKI dialect the source imports (None: not decided, e.g. both)
+    # Hardware results: the Neuron SDK and the instance type that measured them (host-detected).
+    sdk_version: str = ""
+    instance_type: str = ""
+    # Simulator results from a user calibration: the calibration file's label ("" = shipped).
+    calibration: str = ""
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -45,11 +51,13 @@ class EvalResult:
         return self.status == OK
 
     def to_dict(self) -> dict[str, Any]:
-        """The fields as a dict; an undecided dialect is left out, as in records written before
-        results had one (so that a resumed old run writes the records it wrote)."""
+        """The fields as a dict; an undecided dialect and empty hardware / calibration fields are
+        left out, as in records written before results had them (so that a resumed old run
+        writes the records it wrote)."""
         data = dataclasses.asdict(self)
-        if data["dialect"] is None:
-            del data["dialect"]
+        for name in _OPTIONAL:
+            if data[name] in (None, ""):
+                del data[name]
         return data
 
     @classmethod

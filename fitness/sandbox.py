@@ -35,6 +35,9 @@ ENV_ALLOWED = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "LD_LIBRARY_PATH")
 ENV_FIXED = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
              "NUMEXPR_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
 
+KERNEL_FILES = 256          # open files of a kernel process (simulator)
+TOOLCHAIN_FILES = 4096      # with the Neuron compiler and runtime in it
+TOOLCHAIN_FILE_MB = 4096    # largest file the toolchain may write (NEFFs and NTFFs grow with the kernel)
 _REPO_ROOT = str(Path(__file__).resolve().parents[1])
 
 
@@ -44,6 +47,10 @@ class Limits:
     memory_mb: int
     output_bytes: int = 8192      # kept of stdout and of stderr each (head and tail halves)
     grace_s: float = 2.0          # between SIGTERM and SIGKILL
+    # The Neuron compiler and runtime run in the kernel process (trainium backend): they
+    # reserve far more address space than they use and open many files, so the address-space
+    # limit is left to the machine and more files may be open (TOOLCHAIN_FILES).
+    toolchain: bool = False
 
     @property
     def cpu_s(self) -> int:
@@ -52,7 +59,8 @@ class Limits:
         return int(math.ceil(self.timeout_s)) + 5
 
     def to_child(self) -> dict[str, int]:
-        return {"memory_mb": self.memory_mb, "cpu_s": self.cpu_s, "file_mb": self.memory_mb}
+        return {"memory_mb": self.memory_mb, "cpu_s": self.cpu_s, "file_mb": max(self.memory_mb, TOOLCHAIN_FILE_MB)
+                if self.toolchain else self.memory_mb, "toolchain": int(self.toolchain)}
 
 
 @dataclass
@@ -354,10 +362,12 @@ def apply_limits(limits: Mapping[str, int]) -> None:
         value = value if hard == resource.RLIM_INFINITY else min(value, hard)
         resource.setrlimit(which, (value, value))
 
-    lower(resource.RLIMIT_AS, int(limits["memory_mb"]) * mb)
+    toolchain = bool(limits.get("toolchain"))
+    if not toolchain:
+        lower(resource.RLIMIT_AS, int(limits["memory_mb"]) * mb)
     lower(resource.RLIMIT_FSIZE, int(limits["file_mb"]) * mb)
     lower(resource.RLIMIT_CORE, 0)
-    lower(resource.RLIMIT_NOFILE, 256)
+    lower(resource.RLIMIT_NOFILE, TOOLCHAIN_FILES if toolchain else KERNEL_FILES)
     cpu = int(limits["cpu_s"])
     _, hard = resource.getrlimit(resource.RLIMIT_CPU)
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5 if hard == resource.RLIM_INFINITY else min(cpu + 5, hard)))

@@ -27,6 +27,8 @@ from nkibench.families import STANDARD
 from nkibench.problem import Problem, ProblemSpec
 from nkibench.registry import load
 
+from fitness.simulator.perf import calibration as calibration_mod
+
 from . import backends, gate, policy, precision, sandbox
 from .backends.trainium import CoreLeases, core_env
 from .cache import EvalCache, cache_key, evaluator_version
@@ -61,14 +63,21 @@ class Evaluator:
 
     def __init__(self, settings: EvalSettings, run_dir: Path | None = None) -> None:
         self.settings = settings
-        name, reason = backends.choose(settings.backend)
+        host = backends.probe_neuron() if settings.backend != "simulator" else backends.NeuronHost()
+        name, reason = backends.choose(settings.backend, host, settings.target)
         self._backend_choice = (name, reason)
         workers = settings.workers
         self._cores: CoreLeases | None = None
+        self._host: backends.NeuronHost | None = None
+        self.target = settings.target
         if name == "trainium":
-            cores = backends.probe_neuron().cores
-            workers = cores             # one evaluation per NeuronCore
-            self._cores = CoreLeases(cores)
+            self._host = host
+            self.target = host.target   # the chip that measures, detected (choose checked it is the run's)
+            workers = host.cores        # one evaluation per NeuronCore
+            self._cores = CoreLeases(host.cores)
+        # a user calibration of the target (simulator only; hardware figures are measured)
+        self._calibration = (calibration_mod.resolve(settings.calibration, settings.target)
+                             if name == "simulator" else None)
         self.run_dir = Path(run_dir) if run_dir else None
         folders = [self.run_dir / "cache" / "evaluations"] if self.run_dir else []
         if settings.cache_dir:
@@ -163,7 +172,16 @@ class Evaluator:
     def _key(self, spec: ProblemSpec, source: str) -> str:
         s = self.settings
         gate_settings = [list(s.seeds), list(s.heldout_seeds), s.rel_tol]
-        return cache_key(source, spec, self.backend, s.target, gate_settings, self._version)
+        return cache_key(source, spec, self.backend, self.target, gate_settings, self._version, self._context)
+
+    @property
+    def _context(self) -> list[str] | None:
+        """What besides backend and target decides a figure (fitness.cache.cache_key)."""
+        if self._host is not None:
+            return [self._host.sdk_version, self._host.instance_type]
+        if self._calibration is not None:
+            return ["calibration", self._calibration.digest]
+        return None
 
     def _baseline_future(self, spec: ProblemSpec) -> Future:
         with self._lock:
@@ -195,7 +213,11 @@ class Evaluator:
         result.kernel_id = kernel_id(source)
         result.problem = spec.label()
         result.backend = self.backend
-        result.target = self.settings.target
+        result.target = self.target
+        if self._host is not None:
+            result.sdk_version, result.instance_type = self._host.sdk_version, self._host.instance_type
+        if self._calibration is not None:
+            result.calibration = self._calibration.label
         result.seconds = time.monotonic() - started
         self._cache.put(key, result)
         return result
@@ -206,8 +228,8 @@ class Evaluator:
             verdict = policy.review(source)
         except SyntaxError as exc:
             return EvalResult(COMPILE_ERROR, policy.syntax_error_message(exc))
-        refusal = (backends.dialect_refusal(self.backend, verdict.dialect)
-                   or backends.target_refusal(self.settings.target, verdict.dialect))
+        refusal = (backends.dialect_refusal(self.backend, verdict.dialect, self._host)
+                   or backends.target_refusal(self.target, verdict.dialect))
         if verdict.violations:
             result = EvalResult(REJECTED, f"policy: {verdict.violations[0]}")
         elif refusal:
@@ -231,15 +253,17 @@ class Evaluator:
             judge = _Judge(problem, cases, self.settings.rel_tol or problem.tolerance, workdir)
             request = {
                 "source": source, "problem": [spec.name, list(spec.params), spec.suite_dir],
-                "backend": self.backend, "target": self.settings.target, "options": {},
+                "backend": self.backend, "target": self.target,
+                "options": self._worker_options(),
                 "cases": [{"label": c.label, "inputs": c.data.request_inputs()} for c in cases],
                 "outputs": [{"shape": list(r.shape), "dtype": r.dtype.str} for r in references],
             }
-            limits = sandbox.Limits(self.settings.timeout_s, self.settings.memory_limit_mb)
+            limits = sandbox.Limits(self.settings.timeout_s, self.settings.memory_limit_mb,
+                                    toolchain=self._cores is not None)
             if self._cores is not None:
                 with self._cores.lease() as core:
                     outcome = sandbox.run("fitness.worker", request, limits, workdir, judge.on_message,
-                                          extra_env=core_env(core), registry=self._processes)
+                                          extra_env=core_env(core, self.target), registry=self._processes)
             else:
                 outcome = self._run_forked(request, limits, workdir, judge)
             result = judge.result(outcome, reference_dtypes, self.settings.timeout_s)
@@ -248,6 +272,13 @@ class Evaluator:
             return result
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
+
+    def _worker_options(self) -> dict[str, Any]:
+        if self._host is not None:
+            return {"profiler": self._host.profiler}
+        if self._calibration is not None:
+            return {"calibration": {"data": self._calibration.to_dict(), "path": self._calibration.path}}
+        return {}
 
     def _run_forked(self, request: dict[str, Any], limits: sandbox.Limits, workdir: Path,
                     judge: "_Judge") -> sandbox.Outcome:
@@ -287,7 +318,7 @@ class Evaluator:
                 result.speedup = baseline.latency_ms / result.latency_ms
             counts = load(spec).counts
             if counts is not None:
-                peak = roofline(counts.flops_matmul, counts.flops_vector, counts.hbm_bytes, self.settings.target)
+                peak = roofline(counts.flops_matmul, counts.flops_vector, counts.hbm_bytes, self.target)
                 result.percent_of_peak = percent_of_peak(peak.peak_latency_ms, result.latency_ms)
         return result
 

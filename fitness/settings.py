@@ -31,6 +31,9 @@ class EvalSettings:
     memory_limit_mb: int = 8192                 # address space of the kernel process
     workers: int = 2                            # concurrent evaluations (trainium: one per NeuronCore instead)
     cache_dir: str = ""                         # optional evaluation cache shared between runs
+    # Simulator parameters: "auto" (a per-user calibration of the target when there is one, else
+    # the shipped ones), "shipped", or a calibration file (`calibrate`; fitness.simulator.perf.calibration)
+    calibration: str = "auto"
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:

@@ -1,121 +1,79 @@
 """Evaluation backends: where a kernel runs and how its latency is obtained.
 
-`simulator` (the NKI emulator + the Trainium performance model, target trn1 or trn2) and
-`trainium` (neuronx-cc through `nki.baremetal` and `neuron-profile` on a NeuronCore). This
-module chooses between them; each backend module has a worker side (a `Runner` used inside
+`simulator` (the NKI emulator + the Trainium performance model, target trn1, trn2 or trn3) and
+`trainium` (the Neuron SDK on a NeuronCore: legacy `nki.baremetal` + `neuron-profile`, or
+current `nki` + `neuron-explorer`; see `trainium.py`). `host.py` detects what the machine has;
+this module chooses between them; each backend module has a worker side (a `Runner` used inside
 the sandboxed kernel process) and, for trainium, the parent-side device bookkeeping.
 """
 
 from __future__ import annotations
 
-import glob
-import importlib.machinery
-import json
-import os
-import shutil
-import subprocess
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
 from fitness.simulator import dialect as D
 from fitness.simulator.perf.hardware import hardware
 
-_SIMULATOR_DIR = str(Path(__file__).resolve().parents[1] / "simulator")
-CORES_PER_DEVICE_DEFAULT = 2   # trn1 / inf2 devices have two NeuronCores-v2 each
+from .host import NeuronHost, cores_from_neuron_ls, find_sdk, probe
+
+probe_neuron = probe   # the name the evaluator and its tests use
+
+__all__ = ["BackendError", "NeuronHost", "cores_from_neuron_ls", "find_sdk", "probe_neuron", "choose",
+           "dialect_refusal", "target_refusal", "load_runner"]
 
 
 class BackendError(ValueError):
     """A backend that cannot be used here; the message says why."""
 
 
-@dataclass(frozen=True)
-class NeuronHost:
-    """What this machine offers the trainium backend."""
-
-    sdk: str              # where the real neuronxcc package is, "" if not importable
-    devices: tuple[str, ...]
-    cores: int            # NeuronCores usable by evaluations
-
-    @property
-    def usable(self) -> bool:
-        return bool(self.sdk) and self.cores > 0
-
-
-def find_sdk() -> str:
-    """Location of the real Neuron compiler package on sys.path. The search bypasses
-    sys.modules and import hooks, where the emulator's stand-in `neuronxcc` may live."""
-    try:
-        spec = importlib.machinery.PathFinder.find_spec("neuronxcc")
-    except (ImportError, ValueError):
-        return ""
-    if spec is None:
-        return ""
-    locations = list(spec.submodule_search_locations or []) + ([spec.origin] if spec.origin else [])
-    real = [loc for loc in locations if loc and not os.path.realpath(loc).startswith(_SIMULATOR_DIR)]
-    return real[0] if real else ""
+def _hardware_gap(host: NeuronHost, target: str) -> str:
+    """Why the trainium backend cannot evaluate for `target` on this host ("" when it can)."""
+    if not host.sdk and not host.nki:
+        return "no Neuron SDK importable (neuronxcc or nki)"
+    if not host.devices:
+        return "Neuron SDK found but no Neuron device (/dev/neuron*)"
+    if host.cores < 1:
+        return "Neuron SDK and devices found but no NeuronCore"
+    if not host.target:
+        return f"unknown instance type {host.instance_type or '(none)'}: no NeuronCore generation for it"
+    if host.target != target:
+        return f"this host is {host.target} ({host.instance_type}), but evaluation.target is {target}"
+    if not any(d in host.dialects for d in hardware(target).dialects):
+        return f"the installed Neuron SDK ({host.sdk_version}) compiles no NKI dialect {target} runs"
+    return ""
 
 
-def count_cores(devices: tuple[str, ...]) -> int:
-    """NeuronCores on this host: from `neuron-ls --json-output` when available, else
-    two per device (trn1)."""
-    tool = shutil.which("neuron-ls")
-    if tool:
-        try:
-            out = subprocess.run([tool, "--json-output"], capture_output=True, timeout=30, check=True).stdout
-            return cores_from_neuron_ls(json.loads(out))
-        except (subprocess.SubprocessError, OSError, ValueError, KeyError, TypeError):
-            pass
-    return CORES_PER_DEVICE_DEFAULT * len(devices)
-
-
-def cores_from_neuron_ls(listing: Any) -> int:
-    """Sum of `nc_count` over the devices `neuron-ls --json-output` lists."""
-    return sum(int(dev["nc_count"]) for dev in listing)
-
-
-def probe_neuron() -> NeuronHost:
-    devices = tuple(sorted(glob.glob("/dev/neuron[0-9]*")))
-    sdk = find_sdk()
-    cores = count_cores(devices) if sdk and devices else 0
-    return NeuronHost(sdk, devices, cores)
-
-
-def choose(requested: str, host: NeuronHost | None = None) -> tuple[str, str]:
-    """(backend name, one-line reason) for the configured `backend`."""
+def choose(requested: str, host: NeuronHost | None = None, target: str = "trn1") -> tuple[str, str]:
+    """(backend name, one-line reason) for the configured `backend` and the run's `target`."""
     if requested == "simulator":
         return "simulator", "configured: the NKI simulator"
-    host = host or probe_neuron()
-    if requested == "trainium":
-        if not host.sdk:
-            raise BackendError("evaluation.backend = trainium, but the Neuron SDK (neuronxcc) is not importable")
-        if not host.devices:
-            raise BackendError("evaluation.backend = trainium, but there is no Neuron device (/dev/neuron*)")
-        if host.cores < 1:
-            raise BackendError("evaluation.backend = trainium, but no NeuronCore was found")
-        return "trainium", f"configured: {host.cores} NeuronCore(s) on {len(host.devices)} device(s)"
-    if requested != "auto":
+    if requested not in ("auto", "trainium"):
         raise BackendError(f"unknown evaluation backend '{requested}' (auto, simulator or trainium)")
-    if not host.sdk:
-        return "simulator", "auto: no Neuron SDK importable (neuronxcc)"
-    if not host.devices:
-        return "simulator", "auto: Neuron SDK found but no Neuron device (/dev/neuron*)"
-    if host.cores < 1:
-        return "simulator", "auto: Neuron SDK and devices found but no NeuronCore"
-    return "trainium", f"auto: Neuron SDK and {host.cores} NeuronCore(s) on {len(host.devices)} device(s)"
+    host = host or probe()
+    gap = _hardware_gap(host, target)
+    if requested == "trainium":
+        if gap:
+            raise BackendError(f"evaluation.backend = trainium, but {gap}")
+        return "trainium", (f"configured: {host.cores} NeuronCore(s) on {len(host.devices)} {host.target} "
+                            f"device(s), {host.sdk_version}")
+    if gap:
+        return "simulator", f"auto: {gap}"
+    return "trainium", (f"auto: {host.sdk_version} and {host.cores} NeuronCore(s) on {len(host.devices)} "
+                        f"{host.target} device(s)")
 
 
-# The NKI dialects each backend runs (fitness.simulator.dialect); the trainium path for the
-# current dialect (nki.jit + neuron-explorer, Neuron >= 2.29) is not written yet.
-DIALECTS: dict[str, tuple[str, ...]] = {"simulator": ("legacy", "current"), "trainium": ("legacy",)}
-
-
-def dialect_refusal(backend: str, dialect: str | None) -> str:
-    """Why `backend` cannot run a kernel of `dialect` (one line), or "" when it can."""
-    if dialect is None or dialect in DIALECTS.get(backend, (dialect,)):
+def dialect_refusal(backend: str, dialect: str | None, host: NeuronHost | None = None) -> str:
+    """Why `backend` cannot run a kernel of `dialect` here (one line), or "" when it can. The
+    simulator runs both dialects; the trainium backend what the installed SDK compiles."""
+    if dialect is None or backend != "trainium" or host is None or dialect in host.dialects:
         return ""
-    return (f"the {backend} backend runs legacy-dialect kernels (neuronxcc.nki) only; this kernel is written in "
-            f"the {dialect} dialect (import nki), which only the simulator backend runs for now")
+    if dialect == "current" and host.nki and host.target == "trn1":
+        return f"current-dialect kernels ({D.IMPORTS['current']}, NKI >= 0.3) do not run on trn1"
+    if dialect == "legacy" and host.sdk:
+        return (f"legacy-dialect kernels ({D.IMPORTS['legacy']}) are a compile error from Neuron 2.30 "
+                f"(NKI 0.4); this host has {host.sdk_version}")
+    return (f"the installed Neuron SDK ({host.sdk_version or 'none'}) does not compile {dialect}-dialect kernels "
+            f"({D.IMPORTS[dialect]})")
 
 
 def target_refusal(target: str, dialect: str | None) -> str:
@@ -146,7 +104,7 @@ def load_runner(name: str, target: str, options: dict[str, Any]) -> Runner:
     if name == "simulator":
         from .simulator import SimulatorRunner
 
-        return SimulatorRunner(target)
+        return SimulatorRunner(target, options)
     if name == "trainium":
         from .trainium import TrainiumRunner
 

@@ -12,12 +12,16 @@ from ..precision import DtypeUse, trace_dtypes
 class SimulatorRunner:
     allow_exec = False
 
-    def __init__(self, target: str) -> None:
+    def __init__(self, target: str, options: dict[str, Any] | None = None) -> None:
         from fitness.simulator import install, run_kernel
         from fitness.simulator.perf import estimate
+        from fitness.simulator.perf.calibration import from_dict
 
         install()   # both dialects: a kernel may import neuronxcc.nki (legacy) or nki (current)
         self.target = target
+        # a user calibration travels with the request (the kernel process reads no files of its own)
+        cal = (options or {}).get("calibration")
+        self.calibration = from_dict(cal["data"], cal["path"]) if cal else None
         self._run_kernel = run_kernel
         self._estimate = estimate
 
@@ -27,7 +31,7 @@ class SimulatorRunner:
 
     def measure(self, source: str, args: list[Any], trace: Any) -> tuple[float, dict[str, Any]]:
         # The trace does not depend on the data, so one estimate serves every seed.
-        est = self._estimate(trace, self.target)
+        est = self._estimate(trace, self.target, self.calibration)
         profile = dict(est.profile)
         profile["bottleneck"] = est.bottleneck
         return float(est.latency_ms), profile

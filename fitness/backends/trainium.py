@@ -1,10 +1,24 @@
-"""Trainium backend: neuronx-cc through `nki.baremetal`, latency from `neuron-profile`.
+"""Trainium backend: the Neuron SDK compiles and runs the kernel, its profiler times it.
 
-Measured the way AccelOpt measured trn1 (trainium-perf-model.md §5): compile options
-`--disable-dge --logical-nc-config=1`, `NEURON_CC_FLAGS=--auto-cast=none`, one NeuronCore
-(`NEURON_RT_NUM_CORES=1`, pinned with `NEURON_RT_VISIBLE_CORES`); 2 warm-up runs, then 10 timed
-runs, each saving its NEFF and NTFF and reading `neuron-profile view --output-format
-summary-json`; the latency is the mean `total_time`; the whole series is repeated (a bounded
+Two paths, chosen by the kernel's dialect (the host must have the matching SDK, host.py):
+- legacy (`neuronxcc.nki`, Neuron <= 2.29, trn1/trn2), as AccelOpt measured trn1
+  (trainium-perf-model.md §5): `nki.baremetal(kernel, save_neff_name=..., save_trace_name=...,
+  additional_compile_opt=...)` runs it and saves NEFF and NTFF; the SDK's known issue
+  (legacy `nki/api/generated/nki.baremetal.rst`) wants `save_neff_name='file.neff'` when a
+  trace is saved, so every timed run gets a fresh folder of its own and its files are then
+  renamed; `neuron-profile view --output-format summary-json -n NEFF -s NTFF` reads it.
+- current (`import nki`, NKI >= 0.3, Neuron >= 2.29, trn2/trn3): calling the `@nki.jit` kernel
+  with arrays compiles and runs it (`nki/api/nki/__init__.py`); with runtime inspection on
+  (`NEURON_RT_INSPECT_ENABLE`, `_DEVICE_PROFILE`, `_OUTPUT_DIR`, tools/neuron-explorer/
+  how-to-profile-workload.rst) the runtime writes the NEFF it ran. Each timed run is then
+  `neuron-explorer capture -n NEFF -s PREFIX --profile-nth-exec=2` (a warm execution; `-s`
+  is a file-name prefix) and `neuron-explorer view --output-format summary-json`.
+Both keep AccelOpt's protocol: compile options `--disable-dge --logical-nc-config=1`,
+`NEURON_CC_FLAGS=--auto-cast=none`, one NeuronCore (`NEURON_RT_NUM_CORES=1`, pinned with
+`NEURON_RT_VISIBLE_CORES`, at logical-core configuration 1 on trn2/trn3:
+`NEURON_LOGICAL_NC_CONFIG=1`, about-neuron/arch/neuron-features/logical-neuroncore-config.rst);
+2 warm-up runs, then 10 timed runs, each with fresh artifact names checked to exist before
+profiling; the latency is the mean `total_time`; the whole series is repeated (a bounded
 number of times) while its max/min spread exceeds 1 %, keeping the tightest series.
 
 Parent side: `CoreLeases` hands each evaluation a NeuronCore of its own, so that a core runs
@@ -15,6 +29,7 @@ Worker side: `TrainiumRunner`, inside the sandboxed kernel process.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import importlib.util
 import json
 import os
@@ -27,23 +42,78 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from fitness.simulator import dialect as D
+
 COMPILE_OPTIONS = "--disable-dge --logical-nc-config=1"
 WARMUP_RUNS = 2
 TIMED_RUNS = 10
 MAX_SPREAD = 0.01        # (max - min) / min of one series
 MAX_SERIES = 3           # the first series and at most two retries
 PROFILE_TIMEOUT_S = 300.0
+PROFILED_EXECUTION = 2   # capture the 2nd execution of the NEFF: a warm one
+LEGACY_NEFF = "file.neff"   # the only NEFF name the legacy SDK accepts with a trace (known issue)
+INSPECT_DIR = "inspect"     # where the runtime writes the NEFFs it ran (current path)
 
 
-def core_env(core: int) -> dict[str, str]:
-    """Environment of a kernel process pinned to one NeuronCore."""
-    return {"NEURON_RT_VISIBLE_CORES": str(core), "NEURON_RT_NUM_CORES": "1",
-            "NEURON_CC_FLAGS": "--auto-cast=none"}
+class ArtifactError(RuntimeError):
+    """A NEFF or NTFF the toolchain should have written is missing."""
+
+
+class ProfilerError(RuntimeError):
+    """The profiler failed; the message is one line with its exit status and last output."""
+
+
+def run_tool(command: list[str]) -> bytes:
+    """stdout of a toolchain command, or ProfilerError naming it."""
+    try:
+        done = subprocess.run(command, capture_output=True, timeout=PROFILE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise ProfilerError(f"{Path(command[0]).name} {command[1]} took over {PROFILE_TIMEOUT_S:g} s") from None
+    except OSError as exc:
+        raise ProfilerError(f"cannot run {command[0]}: {exc.strerror or exc}") from None
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).decode(errors="replace").strip().splitlines()[-1:]
+        raise ProfilerError(f"{Path(command[0]).name} {command[1]} failed (exit {done.returncode})"
+                            + (f": {tail[0][:300]}" if tail else ""))
+    return done.stdout
+
+
+def core_env(core: int, target: str = "trn1") -> dict[str, str]:
+    """Environment of a kernel process pinned to one NeuronCore; on trn2/trn3 the runtime's
+    logical-core configuration is set to 1 to match the compile option."""
+    env = {"NEURON_RT_VISIBLE_CORES": str(core), "NEURON_RT_NUM_CORES": "1",
+           "NEURON_CC_FLAGS": "--auto-cast=none"}
+    if target != "trn1":
+        env["NEURON_LOGICAL_NC_CONFIG"] = "1"
+    return env
 
 
 def profile_view_command(neff: str | Path, ntff: str | Path, tool: str = "neuron-profile") -> list[str]:
     """The command printing the profile summary of one captured execution as JSON."""
     return [tool, "view", "--output-format", "summary-json", "-n", str(neff), "-s", str(ntff)]
+
+
+def capture_command(neff: str | Path, prefix: str | Path, tool: str = "neuron-explorer") -> list[str]:
+    """The command running a NEFF on the device and capturing the trace of a warm execution."""
+    return [tool, "capture", "-n", str(neff), "-s", str(prefix), f"--profile-nth-exec={PROFILED_EXECUTION}"]
+
+
+def existing(path: Path, what: str) -> Path:
+    """`path` when it is a non-empty file, else ArtifactError naming it."""
+    if not path.is_file() or path.stat().st_size == 0:
+        raise ArtifactError(f"the {what} {path.name} was not written")
+    return path
+
+
+def captured_trace(folder: Path, prefix: str) -> Path:
+    """The NTFF a capture wrote for `prefix` (the profiler may append the execution number)."""
+    exact = folder / f"{prefix}.ntff"
+    if exact.is_file():
+        return existing(exact, "trace")
+    found = sorted(folder.glob(f"{prefix}*.ntff"))
+    if not found:
+        raise ArtifactError(f"the trace {prefix}.ntff was not written")
+    return existing(found[-1], "trace")
 
 
 def parse_summary(summary: dict[str, Any]) -> tuple[float, dict[str, float]]:
@@ -120,57 +190,115 @@ class CoreLeases:
             self._free.put(core)
 
 
+def _load_kernel(source: str, workdir: Path) -> Any:
+    """The `kernel` function of `source`, imported from a file (the SDK reads its source)."""
+    path = workdir / "kernel.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location("kernel", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["kernel"] = module
+    spec.loader.exec_module(module)
+    return module.kernel
+
+
 class TrainiumRunner:
     """Worker side: runs the kernel with the Neuron SDK on the core the parent pinned."""
 
-    allow_exec = True   # neuronx-cc and neuron-profile are separate programs
+    allow_exec = True   # the compiler and the profiler are separate programs
 
     def __init__(self, target: str, options: dict[str, Any]) -> None:
-        import neuronxcc.nki as nki  # the real SDK: the worker never installs the emulator here
-
-        self.nki = nki
         self.target = target
         self.options = options
         self.workdir = Path.cwd()
         self._kernel: Any = None
+        self._dialect: str = ""
         self.artifacts: list[str] = []
+        self._runs = 0          # timed runs so far: every one gets fresh artifact names
+
+    @property
+    def profiler(self) -> str:
+        return str(self.options.get("profiler") or
+                   ("neuron-profile" if self._dialect == "legacy" else "neuron-explorer"))
 
     def _kernel_fn(self, source: str) -> Any:
         if self._kernel is None:
-            path = self.workdir / "kernel.py"
-            path.write_text(source)
-            spec = importlib.util.spec_from_file_location("kernel", path)
-            assert spec is not None and spec.loader is not None
-            module = importlib.util.module_from_spec(spec)
-            sys.modules["kernel"] = module
-            spec.loader.exec_module(module)
-            self._kernel = module.kernel
+            self._dialect = D.detect(source)
+            if self._dialect == "current":
+                # the runtime reads these when it starts, i.e. on the first kernel call
+                os.environ.update(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_DEVICE_PROFILE="1",
+                                  NEURON_RT_INSPECT_OUTPUT_DIR=str(self.workdir / INSPECT_DIR))
+            self._nki = importlib.import_module("neuronxcc.nki" if self._dialect == "legacy" else "nki")
+            self._kernel = _load_kernel(source, self.workdir)
         return self._kernel
 
     def run(self, source: str, args: list[Any]) -> tuple[Any, Any]:
         fn = self._kernel_fn(source)
-        return self.nki.baremetal(fn, additional_compile_opt=COMPILE_OPTIONS)(*args), None
+        if self._dialect == "legacy":
+            return self._nki.baremetal(fn, additional_compile_opt=COMPILE_OPTIONS)(*args), None
+        return fn(*args), None
+
+    def _legacy_timed(self, fn: Any, args: list[Any]) -> tuple[Path, Path]:
+        """One legacy timed run in a fresh folder; (NEFF, NTFF) under fresh names."""
+        self._runs += 1
+        folder = self.workdir / f"run-{self._runs:03d}"
+        folder.mkdir()
+        here = Path.cwd()
+        os.chdir(folder)
+        try:
+            self._nki.baremetal(fn, save_neff_name=LEGACY_NEFF, save_trace_name="profile.ntff",
+                                additional_compile_opt=COMPILE_OPTIONS)(*args)
+        finally:
+            os.chdir(here)
+        neff = existing(folder / LEGACY_NEFF, "NEFF").rename(self.workdir / f"kernel-{self._runs:03d}.neff")
+        ntff = existing(folder / "profile.ntff", "trace").rename(self.workdir / f"kernel-{self._runs:03d}.ntff")
+        folder.rmdir()
+        return neff, ntff
+
+    def _current_neff(self) -> Path:
+        """The NEFF the runtime wrote for this kernel while it ran on the seeds."""
+        found = sorted((self.workdir / INSPECT_DIR).rglob("*.neff"))
+        if not found:
+            raise ArtifactError("the runtime wrote no NEFF of the kernel (NEURON_RT_INSPECT_OUTPUT_DIR)")
+        neff = self.workdir / "kernel.neff"
+        if not neff.exists():
+            existing(found[-1], "NEFF").replace(neff)
+        return neff
+
+    def _current_timed(self, neff: Path) -> tuple[Path, Path]:
+        self._runs += 1
+        prefix = f"kernel-{self._runs:03d}"
+        run_tool(capture_command(neff, self.workdir / prefix, self.profiler))
+        return neff, captured_trace(self.workdir, prefix)
+
+    def _keep_only(self, neff: Path, ntff: Path) -> None:
+        """The artifacts of the newest timed run are kept (the run folder takes them); earlier
+        ones are removed, so that a retried series does not fill the disk."""
+        for name in set(self.artifacts) - {neff.name, ntff.name}:
+            (self.workdir / name).unlink(missing_ok=True)
+        self.artifacts = [neff.name, ntff.name]
 
     def measure(self, source: str, args: list[Any], trace: Any) -> tuple[float, dict[str, Any]]:
         fn = self._kernel_fn(source)
-        tool = self.options.get("profile_tool", "neuron-profile")
+        neff0 = self._current_neff() if self._dialect == "current" else None
 
         def run_once(timed: bool, index: int) -> tuple[float, dict[str, float]] | None:
             if not timed:
-                self.nki.baremetal(fn, additional_compile_opt=COMPILE_OPTIONS)(*args)
+                self.run(source, args)
                 return None
-            neff, ntff = self.workdir / f"kernel-{index}.neff", self.workdir / f"kernel-{index}.ntff"
-            self.nki.baremetal(fn, save_neff_name=str(neff), save_trace_name=str(ntff),
-                               additional_compile_opt=COMPILE_OPTIONS)(*args)
-            out = subprocess.run(profile_view_command(neff, ntff, tool), capture_output=True, check=True,
-                                 timeout=PROFILE_TIMEOUT_S).stdout
-            self.artifacts = [neff.name, ntff.name]
-            return parse_summary(json.loads(out))
+            neff, ntff = self._legacy_timed(fn, args) if neff0 is None else self._current_timed(neff0)
+            out = run_tool(profile_view_command(neff, ntff, self.profiler))
+            self._keep_only(neff, ntff)
+            try:
+                return parse_summary(json.loads(out))
+            except (ValueError, TypeError, AttributeError) as exc:
+                raise ProfilerError(f"{Path(self.profiler).name} view printed no usable summary: {exc}") from None
 
         best, spreads = timed_series(run_once)
         profile: dict[str, Any] = dict(best.profile)
         profile.update(min_ms=min(best.latencies_ms), max_ms=max(best.latencies_ms), rel_diffs=best.spread,
-                       series_spreads=spreads, device_core=os.environ.get("NEURON_RT_VISIBLE_CORES", ""))
+                       series_spreads=spreads, device_core=os.environ.get("NEURON_RT_VISIBLE_CORES", ""),
+                       sdk_path=self._dialect)
         return best.mean_ms, profile
 
     def structure_dtypes(self, trace: Any) -> list[Any]:

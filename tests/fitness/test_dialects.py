@@ -45,17 +45,19 @@ def test_the_service_records_the_dialect_and_rejects_a_mixed_source(tmp_path):
 
 
 def test_trainium_refuses_current_dialect_kernels_in_one_line(tmp_path, monkeypatch):
-    host = backends.NeuronHost("/opt/sdk/neuronxcc", ("/dev/neuron0",), 1)
+    host = backends.NeuronHost("/opt/sdk/neuronxcc", ("/dev/neuron0",), 1, compiler_version="2.21.18",
+                               instance_type="trn1.2xlarge")
     monkeypatch.setattr(service_mod.backends, "probe_neuron", lambda: host)
-    monkeypatch.setattr(service_mod.backends, "choose", lambda requested, host=None: ("trainium", "test host"))
     spec = make_spec("tensor_add", "tiny")
     current = load(spec).baseline_source
     with Evaluator(SETTINGS.__class__(**{**SETTINGS.__dict__, "backend": "trainium"}), run_dir=tmp_path) as ev:
         result = ev.evaluate(spec, current)
     assert result.status == "compile_error" and result.dialect == "current" and result.backend == "trainium"
-    assert result.error == backends.dialect_refusal("trainium", "current")
-    assert "\n" not in result.error and "legacy-dialect kernels (neuronxcc.nki) only" in result.error
-    assert backends.dialect_refusal("trainium", "legacy") == ""
+    assert result.error == backends.dialect_refusal("trainium", "current", host)
+    assert "\n" not in result.error and result.error == (
+        "the installed Neuron SDK (neuronx-cc 2.21.18) does not compile current-dialect kernels (import nki)")
+    assert (result.sdk_version, result.instance_type) == ("neuronx-cc 2.21.18", "trn1.2xlarge")
+    assert backends.dialect_refusal("trainium", "legacy", host) == ""
     assert backends.dialect_refusal("simulator", "current") == ""
 
 

@@ -30,6 +30,8 @@ held-out predictions are what `model-check` reports (for the 14 baselines, one c
 problem, they are leave-one-out).
 
 `--write` stores the fitted values in `calibrated.py` (with a fingerprint of every case used).
+`python -m accelopt_evo calibrate --target T` runs the same procedure (`run_fit`) on a user's
+measurements of target T and writes a calibration file (calibration.py) instead.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from scipy.optimize import lsq_linear
 
 from .. import trace as tr
 from . import check, deps
+from .calibration import Calibration
 from .hardware import Hardware, hardware
 from .model import Prepared, counters, prepare
 from .params import DOCUMENTED, Params
@@ -78,6 +81,7 @@ GLUE_CHOICES = {                            # step 3: discrete parameters
     "reorder_window": (0, 4, 16, 64),
 }
 SWEEPS = ((0.6, 1.6), (0.8, 1.25), (0.9, 1.1))   # multiplicative trial moves, one pair per sweep
+ROUNDS = 2                                  # steps 2 and 3 alternated this many times
 # Pull of step 3 towards documented values: moving a parameter across its whole range costs
 # what one kernel's 15% latency error adds to the objective (log(1.15)^2 ~ 0.02), so that a
 # value only one kernel asks for is not taken (when that kernel is held out, nothing checks it).
@@ -227,10 +231,11 @@ def objective(train: list[KernelData], params: Params, hw: Hardware) -> float:
     return err + PRIOR_WEIGHT * pull
 
 
-def fit_glue(train: list[KernelData], params: Params, hw: Hardware, log=lambda s: None) -> Params:
+def fit_glue(train: list[KernelData], params: Params, hw: Hardware, log=lambda s: None,
+             sweeps: tuple[tuple[float, float], ...] = SWEEPS) -> Params:
     """Step 3: coordinate descent with shrinking steps over GLUE_RANGES and GLUE_CHOICES."""
     best = objective(train, params, hw)
-    for sweep, (down, up) in enumerate(SWEEPS):
+    for sweep, (down, up) in enumerate(sweeps):
         for name, (lo, hi) in GLUE_RANGES.items():
             current = getattr(params, name)
             trials = {min(hi, max(lo, current * down)), min(hi, max(lo, current * up))}
@@ -253,14 +258,15 @@ def fit_glue(train: list[KernelData], params: Params, hw: Hardware, log=lambda s
     return params
 
 
-def fit(train: list[KernelData], hw: Hardware, log=lambda s: None) -> Params:
+def fit(train: list[KernelData], hw: Hardware, log=lambda s: None,
+        sweeps: tuple[tuple[float, float], ...] = SWEEPS, rounds: int = ROUNDS) -> Params:
     params = DOCUMENTED.replace(hoist_budget_fraction=fit_budget(train))
     # Start inside the ranges (a documented value may lie outside what was measured).
     params = params.replace(**{name: min(hi, max(lo, getattr(params, name)))
                                for name, (lo, hi) in GLUE_RANGES.items()})
-    for _ in range(2):
+    for _ in range(rounds):
         params = fit_engines(train, params, hw)
-        params = fit_glue(train, params, hw, log=log)
+        params = fit_glue(train, params, hw, log=log, sweeps=sweeps)
     return params
 
 
@@ -302,6 +308,65 @@ def write_calibrated(path: Path, full: Params, folds: dict[str, Params], trained
     path.write_text("\n".join(lines))
 
 
+@dataclass
+class FitResult:
+    """The fit on all cases, one fit per held-out family, and the predictions they make."""
+
+    data: list[KernelData]
+    full: Params
+    folds: dict[str, Params]
+    preds: dict[str, float]      # case name -> predicted latency (held out when folds exist)
+    summary: dict[str, Any]      # median / max |relative error|, Spearman, and which figures
+
+    def calibration(self, target: str, sources: list[str]) -> Calibration:
+        """The fit as a user calibration of `target` (calibration.py's format)."""
+        return Calibration(target, dict(fitted_values(self.full)),
+                           {k: dict(fitted_values(p)) for k, p in self.folds.items()},
+                           {d.case.name: check.case_fingerprint(d.case) for d in self.data},
+                           dict(self.summary), tuple(sources))
+
+
+def run_fit(measurements: list[str], target: str = "trn1", suite_dir: str | None = None,
+            trace_cache: str | None = None, loo: bool = True, log=lambda s: None,
+            sweeps: tuple[tuple[float, float], ...] = SWEEPS, rounds: int = ROUNDS) -> FitResult:
+    """The whole procedure of the module doc on the cases of `measurements`, for `target`."""
+    hw = hardware(target)
+    collecting = gc.isenabled()
+    gc.disable()  # millions of long-lived objects, no cycles: collections only cost time
+    try:
+        log("tracing and preparing the measured kernels")
+        data = load(measurements, suite_dir, trace_cache, hw, log)
+        if not data:
+            raise ValueError("the measurement files hold no case")
+        log("fit on all cases")
+        full = fit(data, hw, log, sweeps, rounds)
+        log(f"  {fitted_values(full)}")
+        folds: dict[str, Params] = {}
+        preds: dict[str, float] = {}
+        families = list(dict.fromkeys(d.case.problem for d in data))
+        for family in (families if loo and len(families) > 1 else []):
+            log(f"fold without {family}")
+            folds[family] = p = fit([d for d in data if d.case.problem != family], hw, log, sweeps, rounds)
+            for d in data:
+                if d.case.problem == family:
+                    preds[d.case.name] = _latency_ms(d, p, hw)[0]
+        if not folds:
+            preds = {d.case.name: _latency_ms(d, full, hw)[0] for d in data}
+    finally:
+        if collecting:
+            gc.enable()
+    errs = [abs(preds[d.case.name] / d.latency_ms - 1) for d in data]
+    summary = {"median": statistics.median(errs), "max": max(errs),
+               "spearman": check.spearman([d.latency_ms for d in data], [preds[d.case.name] for d in data]),
+               "figures": "leave-family-out" if folds else "in-sample"}
+    for d in data:
+        log(f"  {d.case.name:<40} measured {d.latency_ms:8.3f} ms  predicted "
+            f"{preds[d.case.name]:8.3f} ms  {100 * (preds[d.case.name] / d.latency_ms - 1):+6.1f}%")
+    log(f"{summary['figures']}: median {100 * summary['median']:.1f}%, max {100 * summary['max']:.1f}%, "
+        f"Spearman {summary['spearman']:.3f}")
+    return FitResult(data, full, folds, preds, summary)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--measurements", required=True, action="append",
@@ -311,41 +376,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write", action="store_true", help="update calibrated.py")
     ap.add_argument("--no-loo", action="store_true", help="fit on all cases only")
     args = ap.parse_args(argv)
-    hw = hardware("trn1")
-    gc.disable()  # millions of long-lived objects, no cycles: collections only cost time
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
-    log("tracing and preparing the measured kernels")
-    data = load(args.measurements, args.suite_dir, args.trace_cache, hw, log)
-    log("fit on all cases")
-    full = fit(data, hw, log)
-    log(f"  {fitted_values(full)}")
-    folds: dict[str, Params] = {}
-    preds: dict[str, float] = {}
-    for family in ([] if args.no_loo else dict.fromkeys(d.case.problem for d in data)):
-        log(f"fold without {family}")
-        folds[family] = p = fit([d for d in data if d.case.problem != family], hw, log)
-        for d in data:
-            if d.case.problem == family:
-                preds[d.case.name] = _latency_ms(d, p, hw)[0]
-    if not folds:
-        preds = {d.case.name: _latency_ms(d, full, hw)[0] for d in data}
-    errs = [abs(preds[d.case.name] / d.latency_ms - 1) for d in data]
-    summary = {"median": statistics.median(errs), "max": max(errs),
-               "spearman": check.spearman([d.latency_ms for d in data],
-                                          [preds[d.case.name] for d in data])}
-    for d in data:
-        log(f"  {d.case.name:<40} measured {d.latency_ms:8.3f} ms  predicted "
-            f"{preds[d.case.name]:8.3f} ms  {100 * (preds[d.case.name] / d.latency_ms - 1):+6.1f}%")
-    kind = "leave-family-out" if folds else "in-sample"
-    log(f"{kind}: median {100 * summary['median']:.1f}%, max {100 * summary['max']:.1f}%, "
-        f"Spearman {summary['spearman']:.3f}")
+    result = run_fit(args.measurements, "trn1", args.suite_dir, args.trace_cache, not args.no_loo, log)
     if args.write:
         target = Path(__file__).with_name("calibrated.py")
-        trained = {d.case.name: check.case_fingerprint(d.case) for d in data}
-        write_calibrated(target, full, folds, trained, args.measurements, summary)
+        trained = {d.case.name: check.case_fingerprint(d.case) for d in result.data}
+        write_calibrated(target, result.full, result.folds, trained, args.measurements, result.summary)
         log(f"wrote {target}")
     return 0
 

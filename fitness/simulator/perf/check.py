@@ -5,8 +5,10 @@ Two measurement formats are read (`load_cases` tells them apart):
   reference module of the official NKIBench folder and a measured neuron-profile row;
 * variants (`trn1-variants/measurements.json`): `points`, each naming a kernel file beside
   the measurements file, its problem, a shape (the reference module's shape constants) and
-  a measured latency. Several kernels measured at one shape are versions of one computation:
-  their pairwise ranking and speedup ratios are what an optimizer's fitness must get right.
+  a measured latency (and, when `measure` wrote it, the profile counters under `profile`;
+  `variants_document` writes this format). Several kernels measured at one shape are versions
+  of one computation: their pairwise ranking and speedup ratios are what an optimizer's
+  fitness must get right.
 The kernel is traced shape-only by the emulator, the model predicts it, and the prediction is
 compared with the measured latency (and counters, where measured).
 
@@ -33,6 +35,7 @@ from typing import Any
 
 from .. import trace as tr
 from . import calibrated
+from .calibration import Calibration
 from .hardware import Hardware, hardware
 from .model import ENGINE_NAMES, bottleneck_engine, estimate_with
 from .params import Params, for_target
@@ -91,10 +94,24 @@ def load_cases(measurements_path: str | Path, suite_dir: str | Path | None = Non
     out = []
     for p in data["points"]:
         shape = {k: int(v) for k, v in p["shape"].items()}
+        # points written by `measure` also carry profile counters (neuron-profile names)
+        counters = {k: float(v) for k, v in (p.get("profile") or {}).items() if k in COUNTERS}
         case = Case("", p["problem"], path.parent / p["kernel"], reference_module(suite, p["problem"]),
-                    {"latency": float(p["latency_ms"])}, shape)
+                    {"latency": float(p["latency_ms"]), **counters}, shape)
         out.append(dataclasses.replace(case, name=f"{case.kernel_name}@{case.shape_label}"))
     return out
+
+
+def variants_document(target: str, about: str, source: str, points: list[dict[str, Any]]) -> dict[str, Any]:
+    """A measurements file in the variants format; each point names `kernel` (a path relative
+    to the file), `problem`, `shape` ({constant: value}), `latency_ms` and optionally
+    `profile` (numeric neuron-profile counters) and `note`."""
+    required = ("kernel", "problem", "shape", "latency_ms")
+    for p in points:
+        missing = [k for k in required if k not in p]
+        if missing:
+            raise ValueError(f"measurement point without {missing[0]}")
+    return {"about": about, "source": source, "target": target, "points": points}
 
 
 def _variants_suite(path: Path, suite_dir: str | Path | None) -> Path:
@@ -206,13 +223,15 @@ def spearman(xs: list[float], ys: list[float]) -> float:
     return num / den if den else 0.0
 
 
-def fold_params(case: Case, base: Params) -> Params | None:
+def fold_params(case: Case, base: Params, calibration: Calibration | None = None) -> Params | None:
     """The parameters fitted without any case of `case`'s family (its problem), unless the
-    calibration used a different measurement under this case's name."""
-    trained = getattr(calibrated, "TRAINED_ON", {})
+    calibration (the shipped trn1 one, or a user's) used a different measurement under this
+    case's name."""
+    trained = calibration.trained_on if calibration else getattr(calibrated, "TRAINED_ON", {})
+    folds = calibration.folds if calibration else getattr(calibrated, "TRN1_LOO", {})
     if case.name in trained and trained[case.name] != case_fingerprint(case):
         return None
-    fold = getattr(calibrated, "TRN1_LOO", {}).get(case.problem)
+    fold = folds.get(case.problem)
     return None if fold is None else base.replace(**fold)
 
 
@@ -235,18 +254,20 @@ def predict_case(case: Case, trace: tr.Trace, hw: Hardware, params: Params) -> d
 
 
 def model_check(measurements_path: str | Path, suite_dir: str | Path | None = None,
-                target: str = "trn1", trace_cache: str | Path | None = None) -> dict[str, Any]:
+                target: str = "trn1", trace_cache: str | Path | None = None,
+                calibration: Calibration | None = None) -> dict[str, Any]:
     """Predicted vs measured latency and counters per case, the same-shape pairs of
-    different kernels, and a summary (see module doc)."""
+    different kernels, and a summary (see module doc); with a user's `calibration` (of
+    `target`) its parameters and its held-out folds are used instead of the shipped ones."""
     hw = hardware(target)
-    base = for_target(target)
+    base = calibration.model_params() if calibration else for_target(target)
     cases = load_cases(measurements_path, suite_dir)
     rows = []
     for case in cases:
         t0 = time.perf_counter()
         trace = trace_case(case, trace_cache)
         t1 = time.perf_counter()
-        fold = fold_params(case, base) if target == "trn1" else None
+        fold = fold_params(case, base, calibration) if (calibration or target == "trn1") else None
         row = predict_case(case, trace, hw, fold or base)
         row["held_out"] = fold is not None
         if fold is not None:
@@ -258,7 +279,8 @@ def model_check(measurements_path: str | Path, suite_dir: str | Path | None = No
     pairs = pair_rows(rows)
     held_label = "leave-family-out" if any(c.shape for c in cases) else "leave-one-out"
     return {"cases": rows, "pairs": pairs,
-            "summary": summarize(rows, target, hw.calibrated, pairs, held_label)}
+            "summary": {**summarize(rows, target, hw.calibrated or calibration is not None, pairs, held_label),
+                        "calibration": calibration.label if calibration else "shipped"}}
 
 
 def ranked_right(measured_ratio: float, predicted_ratio: float) -> bool:
@@ -384,7 +406,8 @@ def format_model_check(result: dict[str, Any]) -> str:
     agree = (f", bottleneck agrees {s['bottleneck_agreement']}/{s['bottleneck_measured']}"
              if s["bottleneck_measured"] else "")
     lines.append(
-        f"{s['target']} estimate vs measurement ({s['figures']} figures, {s['cases']} cases): "
+        f"{s['target']} estimate vs measurement ({s['figures']} figures, {s['cases']} cases"
+        f"{'' if s.get('calibration', 'shipped') == 'shipped' else ', ' + s['calibration']}): "
         f"median |error| {100 * s['median_abs_rel_error']:.1f}%, max {100 * s['max_abs_rel_error']:.1f}%, "
         f"Spearman {s['spearman']:.3f}{agree}")
     if "pairs" in s:

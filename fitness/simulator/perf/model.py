@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from .. import trace as tr
 from . import compiler, deps, lowering
+from .calibration import Calibration
 from .costs import hardware_flops
 from .hardware import Hardware, hardware, label as target_label
 from .lowering import Op, Program
@@ -116,13 +117,14 @@ def bottleneck_engine(prof: dict) -> str:
     return top if use[top] >= LATENCY_BOUND_BELOW else "latency"
 
 
-def summary(prof: dict) -> str:
-    """One line for people and LLM prompts: what bounds the kernel and how busy the rest is."""
+def summary(prof: dict, label: str | None = None) -> str:
+    """One line for people and LLM prompts: what bounds the kernel and how busy the rest is.
+    `label` names the figures (default: the target's, "simulated trn2, uncalibrated")."""
     use = utilisation(prof)
     order = sorted(use, key=use.__getitem__, reverse=True)
     top = order[0]
     others = ", ".join(f"{ENGINE_NAMES[e]} {100 * use[e]:.0f}%" for e in order[1:4] if use[e] >= 0.01)
-    label = target_label(str(prof["target"]))
+    label = label or target_label(str(prof["target"]))
     what = "DMA bandwidth used" if top == tr.DMA else f"{ENGINE_NAMES[top]} busy"
     if use[top] >= LATENCY_BOUND_BELOW:
         line = f"{ENGINE_NAMES[top]}-bound ({label}): {what} {100 * use[top]:.0f}% of the time"
@@ -137,7 +139,7 @@ def summary(prof: dict) -> str:
     return line
 
 
-def estimate_with(trace: tr.Trace, hw: Hardware, params: Params) -> PerfEstimate:
+def estimate_with(trace: tr.Trace, hw: Hardware, params: Params, label: str | None = None) -> PerfEstimate:
     # The passes allocate many long-lived objects and no reference cycles: the cyclic
     # garbage collector would only rescan them over and over. They are also freed before
     # collection resumes: the collector's next run would otherwise traverse all of them
@@ -152,9 +154,13 @@ def estimate_with(trace: tr.Trace, hw: Hardware, params: Params) -> PerfEstimate
     finally:
         if collecting:
             gc.enable()
-    return PerfEstimate(latency_ms, prof, summary(prof))
+    return PerfEstimate(latency_ms, prof, summary(prof, label))
 
 
-def estimate(trace: tr.Trace, target: str = "trn1") -> PerfEstimate:
-    """Latency, neuron-profile counters and a bottleneck line for `trace` on `target`."""
-    return estimate_with(trace, hardware(target), for_target(target))
+def estimate(trace: tr.Trace, target: str = "trn1", calibration: Calibration | None = None) -> PerfEstimate:
+    """Latency, neuron-profile counters and a bottleneck line for `trace` on `target`, with the
+    shipped parameters or a user's `calibration` of that target (named in the line)."""
+    if calibration is None:
+        return estimate_with(trace, hardware(target), for_target(target))
+    return estimate_with(trace, hardware(target), calibration.model_params(),
+                         f"simulated {target}, {calibration.label}")
