@@ -30,12 +30,12 @@ CACHEABLE = frozenset({OK, REJECTED, COMPILE_ERROR, INCORRECT})
 _PACKAGES = ("fitness", "nkibench")
 
 
-@functools.lru_cache(maxsize=1)
-def code_digest() -> str:
+@functools.lru_cache(maxsize=4)
+def code_digest(packages: tuple[str, ...] = _PACKAGES) -> str:
     """Digest of the sources that decide a result: the fitness and nkibench packages."""
     root = Path(__file__).resolve().parents[1]
     h = hashlib.sha256()
-    for pkg in _PACKAGES:
+    for pkg in packages:
         for path in sorted((root / pkg).rglob("*.py")):
             h.update(str(path.relative_to(root)).encode())
             h.update(path.read_bytes())

@@ -21,7 +21,12 @@ from typing import Any, Sequence, Union
 from nkibench.families import STANDARD
 from nkibench.problem import ProblemSpec
 
+from .cache import code_digest
 from .sandbox import clean_env, python_command
+
+# Bump when the files this module writes change; with a digest of the problems' code it names
+# the folder of reference data kept across runs, so that changed problems never serve stale data.
+REFERENCE_FORMAT = "1"
 
 
 class ReferenceError(RuntimeError):
@@ -88,6 +93,11 @@ def load_input(entry: Any) -> Any:
     import numpy as np
 
     return np.array(np.load(entry, mmap_mode="r", allow_pickle=False))
+
+
+def reference_version() -> str:
+    """The version of reference data: this module's format and the nkibench sources' digest."""
+    return f"{REFERENCE_FORMAT}-{code_digest(('nkibench',))}"
 
 
 def seed_folder(seed: int, family: str = STANDARD) -> str:

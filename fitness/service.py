@@ -35,7 +35,7 @@ from .cache import EvalCache, cache_key, evaluator_version
 from .forkserver import ForkServer
 from .normalize import kernel_id
 from .pool import EvalPool
-from .references import ReferenceError, ReferenceStore, SeedData
+from .references import ReferenceError, ReferenceStore, SeedData, reference_version
 from .result import COMPILE_ERROR, CRASHED, INCORRECT, OK, REJECTED, TIMEOUT, EvalResult
 from .roofline import percent_of_peak, roofline
 from .settings import EvalSettings
@@ -57,8 +57,9 @@ class Case:
 
 class Evaluator:
     """Evaluates kernels for the engine and the `eval` command; a context manager owning the
-    worker pool, the fork server, the reference data (a temporary folder) and the cache
-    (`run_dir/cache/evaluations/`, and `settings.cache_dir/evaluations/` when set)."""
+    worker pool, the fork server, the reference data and the cache (`run_dir/cache/evaluations/`,
+    and `settings.cache_dir/evaluations/` when set; reference data in `references/` beside it,
+    see `reference_root`)."""
 
     def __init__(self, settings: EvalSettings, run_dir: Path | None = None) -> None:
         self.settings = settings
@@ -82,11 +83,11 @@ class Evaluator:
         if settings.cache_dir:
             folders.append(Path(settings.cache_dir) / "evaluations")
         self._cache = EvalCache(folders)
-        # Reference data lives as long as the evaluator: at paper shapes it is GBs per problem,
-        # too much to keep in every run folder, and recomputing it once per session is cheap.
         sweep_orphans()
         self._tmp = Path(tempfile.mkdtemp(prefix=_scratch_prefix("accelopt-evo-")))
-        self._refs = ReferenceStore(self._tmp / "references")
+        # Reference data outlives the evaluator in the cache folder (computing it costs more
+        # than judging a kernel at paper shapes); without one it lives as long as the evaluator.
+        self._refs = ReferenceStore(reference_root(settings, self.run_dir) or self._tmp / "references")
         # Simulator kernel processes are forked from a preloaded server; the trainium backend
         # spawns them (the Neuron runtime must not be inherited through fork).
         self._forkserver: ForkServer | None = ForkServer(FORK_PRELOAD, self._tmp) if name == "simulator" else None
@@ -386,6 +387,18 @@ class _Judge:
         if downgraded:
             return EvalResult(INCORRECT, _precision_message(downgraded[0], reference_dtypes))
         return EvalResult(OK, latency_ms=float(self.done["latency_ms"]), profile=dict(self.done.get("profile", {})))
+
+
+def reference_root(settings: EvalSettings, run_dir: Path | None) -> Path | None:
+    """Where reference data is kept across evaluators: the shared cache folder when set, else
+    the run's cache folder, under the version of the code that computes it (None: no folder)."""
+    if settings.cache_dir:
+        base = Path(settings.cache_dir)
+    elif run_dir:
+        base = run_dir / "cache"
+    else:
+        return None
+    return base / "references" / reference_version()
 
 
 def heldout_draws(problem: Problem, seeds: Sequence[int]) -> list[tuple[int, str]]:

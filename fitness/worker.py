@@ -4,8 +4,9 @@ Started by fitness.sandbox with a JSON request on stdin. It lowers its own limit
 policy again, imports the backend, installs the guard, and only then executes the kernel:
 for each seed it loads the inputs (read-only files; it never sees the expected outputs),
 runs the kernel, writes the raw outputs into its working directory and reports them, so that
-the engine judges seed k while seed k+1 runs. After the last seed it obtains the latency once
-(the trace is the same for every seed). Messages go to a private pipe as JSON lines:
+the engine judges seed k while seed k+1 runs. Every seed's trace must equal the first's (a
+kernel whose instructions depend on its inputs' values is refused); after the last seed the
+latency is obtained once, from the first seed's trace. Messages go to a private pipe as JSON lines:
   {"event": "ready"}                                   (imports done, guard installed)
   {"event": "outputs", "case": k, "files": [...], "single": bool}
   {"event": "failed", "status": ..., "message": ...}
@@ -100,6 +101,10 @@ def evaluate(request: dict[str, Any], send: Send) -> None:
             fail(exc)
             return
         del inputs
+        divergence = stream_divergence(first[1], trace, case["label"]) if first is not None else ""
+        if divergence:
+            send(event="failed", status="compile_error", message=divergence)
+            return
         try:
             files, single = save_outputs(raw, k, expected)
         except (TypeError, ValueError) as exc:
@@ -124,6 +129,17 @@ def evaluate(request: dict[str, Any], send: Send) -> None:
         return
     send(event="done", latency_ms=latency, profile=profile, dtypes=dtypes,
          artifacts=list(getattr(runner, "artifacts", [])))
+
+
+def stream_divergence(first: Any, trace: Any, label: str) -> str:
+    """Why a later seed's trace is not the first seed's, or "". The latency is measured on the
+    first seed's trace, which stands for every seed only because NKI fixes a kernel's
+    instructions when it is traced: a stream that depends on the inputs' values is refused."""
+    if trace == first:   # backends without a trace (hardware) give None for every seed
+        return ""
+    return _short(f"{label}: the kernel's instruction stream differs from the first seed's "
+                  f"({first.difference(trace)}); NKI control flow and instruction choice must not "
+                  "depend on the inputs' values")
 
 
 def _emulated_roots(backend: str) -> tuple[str, ...]:

@@ -138,3 +138,14 @@ class Trace:
 
     def memory_of(self, tensor_id: int) -> str:
         return self.tensors[tensor_id].memory
+
+    def difference(self, other: "Trace") -> str:
+        """Where `other` departs from this trace, in a few words ("" when they are equal)."""
+        if self == other:
+            return ""
+        for a, b in zip(self.instrs, other.instrs):
+            if a != b:
+                return f"instruction {a.id}: {a.op} at line {a.line} against {b.op} at line {b.line}"
+        if len(self.instrs) != len(other.instrs):
+            return f"{len(self.instrs)} instructions against {len(other.instrs)}"
+        return "the same instructions on different tensors or loops"

@@ -14,7 +14,8 @@ import adversarial_kernels as adv
 import eval_kernels as kernels
 from fitness.service import Evaluator
 from fitness.settings import EvalSettings
-from fitness.worker import save_outputs
+from fitness.simulator.trace import Instr, Trace
+from fitness.worker import save_outputs, stream_divergence
 from nkibench.registry import make_spec
 
 SPEC = make_spec("silu", "tiny")
@@ -129,3 +130,21 @@ def kernel(x, eps, k):
         result = ev.evaluate(spec, (suite / "kernels" / "scale_eps.py").read_text())
     assert result.ok, result.error
     assert Path(tmp_path / "run").is_dir()
+
+
+def _stream(*ops: tuple[str, int]) -> Trace:
+    return Trace(instrs=[Instr(i, "TS", op, ("V",), "float32", ("float32",), 128, 512, (), (), (), line)
+                         for i, (op, line) in enumerate(ops)])
+
+
+def test_a_later_seed_whose_instruction_stream_differs_is_refused():
+    """The latency is measured on the first seed's trace: it stands for every seed only if
+    no seed's inputs change what the kernel emits."""
+    first = _stream(("nl.load", 3), ("nisa.tensor_scalar", 4))
+    assert stream_divergence(first, _stream(("nl.load", 3), ("nisa.tensor_scalar", 4)), "seed 21") == ""
+    assert stream_divergence(None, None, "seed 21") == ""   # hardware backends have no trace
+    message = stream_divergence(first, _stream(("nl.load", 3), ("nisa.activation", 5)), "held-out seed 1")
+    assert message.startswith("held-out seed 1: the kernel's instruction stream differs from the first seed's "
+                              "(instruction 1: nisa.tensor_scalar at line 4 against nisa.activation at line 5)")
+    shorter = stream_divergence(first, _stream(("nl.load", 3)), "seed 42")
+    assert "(2 instructions against 1)" in shorter

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import eval_kernels as kernels
-from fitness import sandbox
+from fitness import references, sandbox
 from fitness import service as service_mod
 from fitness.normalize import kernel_id
 from fitness.service import Evaluator
@@ -162,6 +162,24 @@ def test_shared_cache_folder_serves_another_run(tmp_path):
     assert list((shared / "evaluations").rglob("*.json"))
     with Evaluator(settings, run_dir=tmp_path / "run2") as ev:
         assert ev.evaluate(SPEC, kernels.IMPORT_GC).cached
+
+
+def test_reference_data_is_kept_in_the_cache_folder_and_serves_the_next_evaluator(tmp_path, monkeypatch):
+    with Evaluator(SETTINGS, run_dir=tmp_path / "run") as ev:
+        assert ev.evaluate(SPEC, kernels.SILU).ok
+    root = service_mod.reference_root(SETTINGS, tmp_path / "run")
+    assert root is not None and root.parent == tmp_path / "run" / "cache" / "references"
+    assert len(list(root.glob("*/seed-*/meta.json"))) == 3   # two seeds and one held-out
+    monkeypatch.setattr(references.subprocess, "run", lambda *a, **k: pytest.fail("references recomputed"))
+    with Evaluator(SETTINGS, run_dir=tmp_path / "run") as ev:
+        assert ev.evaluate(SPEC, kernels.SILU.replace("nl.add(e, 1.0)", "nl.add(e, 1.0 + 0.0)")).ok
+
+
+def test_reference_data_goes_to_the_shared_cache_folder_when_set(tmp_path):
+    settings = EvalSettings(**{**SETTINGS.__dict__, "cache_dir": str(tmp_path / "shared")})
+    root = service_mod.reference_root(settings, tmp_path / "run")
+    assert root is not None and root.parent == tmp_path / "shared" / "references"
+    assert service_mod.reference_root(SETTINGS, None) is None
 
 
 def test_evaluate_many_keeps_order_and_runs_duplicates_once(evaluator, monkeypatch):

@@ -184,3 +184,22 @@ def test_the_trace_leaves_the_young_generation():
     young = {id(o) for gen in (0, 1) for o in gc.get_objects(generation=gen)}
     assert gc.is_tracked(tr.instrs[0]) and not any(id(i) in young for i in tr.instrs)
     assert any(o is tr.instrs[0] for o in gc.get_objects(generation=2))
+
+
+def test_the_trace_does_not_depend_on_the_inputs_values_and_a_difference_is_located():
+    first = run(blocked_kernel, X, W).trace
+    again = run(blocked_kernel, rand(2, 128, 128, seed=7), rand(128, 512, seed=8)).trace
+    assert first == again and first.difference(again) == ""
+
+    def scaled(x, w, twice):   # `twice`: a host value that adds one instruction before the store
+        out = nl.ndarray((128, 512), dtype=np.float32, buffer=nl.shared_hbm)
+        t = nisa.tensor_scalar(nl.load(w), op0=nl.multiply, operand0=2.0)
+        if twice:
+            t = nisa.tensor_scalar(t, op0=nl.multiply, operand0=1.0)
+        nl.store(out, value=t)
+        return out
+
+    once, twice = run(scaled, X, W, twice=False).trace, run(scaled, X, W, twice=True).trace
+    where = once.difference(twice)
+    assert where.startswith("instruction 2: nl.store at line") and "against nisa.tensor_scalar" in where, where
+    assert once.difference(run(scaled, X, W, twice=False).trace) == ""
