@@ -39,9 +39,6 @@ class Params:
     dma_fixed_ns: float = 1300.0            # per-transfer fixed latency, overlappable (DMABW)
     # Scheduling: how far the compiler moves an instruction ahead of others on its engine.
     reorder_window: int = 0                 # 0: engines run in program order
-    # neuronx-cc's list scheduler (legacy traces): when an engine's next instruction waits,
-    # it issues the first ready one of its next `list_window` instructions (1: program order).
-    list_window: int = 1
     # Compiler effects.
     max_buffers: int = 3                    # B_max: physical copies per allocation site
     buffer_share: float = 0.25              # most of SBUF one site's copies may take
