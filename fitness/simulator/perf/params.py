@@ -39,11 +39,6 @@ class Params:
     dma_fixed_ns: float = 1300.0            # per-transfer fixed latency, overlappable (DMABW)
     # Scheduling: how far the compiler moves an instruction ahead of others on its engine.
     reorder_window: int = 0                 # 0: engines run in program order
-    # neuronx-cc's list scheduler (legacy traces): while an engine's next instruction waits,
-    # it issues one of its next `list_window` instructions whose inputs are produced (1:
-    # program order). 16, not fitted: with 4 the held-out mamba v1/v2 at 4096 x 512-1024 stay
-    # 17-22% under, with 16 every v3 point is within 9% (perf README).
-    list_window: int = 16
     # Compiler effects.
     max_buffers: int = 3                    # B_max: physical copies per allocation site
     buffer_share: float = 0.25              # most of SBUF one site's copies may take

@@ -1,18 +1,12 @@
 """Discrete-event list scheduler (trainium-perf-model.md §7.7).
 
-Each compute engine runs its ops one at a time; an op starts when its inputs are ready
-(plus a semaphore latency across engines, or a pipeline drain on the same engine), its
-engine is free, and the shared SBUF/PSUM ports of trn1 are free. Current-dialect programs
-run in program order per engine (the NKI compiler keeps the author's order). For legacy
-ones neuronx-cc's list scheduler is modelled: while an engine would idle waiting for its
-next op, it issues instead one of its next `list_window - 1` ops whose inputs are produced
-(the one that starts first), and other engines' independent work runs ahead, each with the
-same window (`ready_first`). An op that
+Each compute engine runs its ops in program order, one at a time; an op starts when its
+inputs are ready (plus a semaphore latency across engines, or a pipeline drain on the same
+engine), its engine is free, and the shared SBUF/PSUM ports of trn1 are free. An op that
 may run on several engines goes to the one that would finish it first (PSUM evictions go to
 ScalarE, as measured). A DMA is split over the DMA engines ("rings") serving its
 partitions; each (ring, queue) is FIFO, and queues share a ring's bandwidth, which is capped
-by the core's HBM share. Without the list scheduler every op is visited once, so
-scheduling is linear in the trace; with it, a waiting op scans at most a window ahead.
+by the core's HBM share. Every op is visited once, so scheduling is linear in the trace.
 """
 
 from __future__ import annotations
@@ -192,199 +186,108 @@ def schedule(prog: Program, preds: list[list[int]], hw: Hardware, params: Params
     per_ring = hw.partitions_per_dma_engine
     n_dma, dma_fixed = hw.dma_engines, params.dma_fixed_ns
     occupancy: dict[tuple[int, int, int], tuple[int, float]] = {}   # DMA shapes repeat
-    DMA = tr.DMA
+    DMA, SCALAR, GPSIMD = tr.DMA, tr.SCALAR, tr.GPSIMD_ENGINE
 
-    def fit(i: int, k: int) -> tuple:
-        """(finish, start, engine, duration, ports) of op i on its k-th candidate engine."""
-        op = ops[i]
-        e = op.engines[k]
-        ready = 0.0
-        same = drain[e]
-        for p in preds[i]:
-            ep = engine_of[p]
-            t = end[p]
-            if ep != DMA:
-                t += same if ep == e else sem
-            if t > ready:
-                ready = t
-        dur = dur_of[i][k]
-        if lanes is None:
-            s = ready if ready > free[e] else free[e]
-        else:
-            r = recent[e]
-            lower = r[0] if len(r) == window and r[0] > ready else ready
-            s = lanes[e].earliest(lower, dur)
-        ports = NO_PORTS
-        if sbuf_port is not None and e in vg:
-            ports = [sbuf_port]
-        if psum_port is not None and (op.psum_inputs > 0 or op.psum_out) and e in vs:
-            ports = ports + [psum_port]
-        if ports:
-            ports_and_lane = ports if lanes is None else ports + [lanes[e]]
-            while True:
-                t = s
-                for tl in ports_and_lane:
-                    t = tl.earliest(t, dur)
-                if t == s:
-                    break
-                s = t
-        return (s + dur, s, e, dur, ports)
+    for i, op in enumerate(ops):
+        engines = op.engines
+        if engines[0] == DMA:
+            ready = 0.0
+            for p in preds[i]:
+                if end[p] > ready:
+                    ready = end[p]
+            nbytes = op.dma_bytes
+            if nbytes <= 0:
+                start[i] = end[i] = ready
+                engine_of[i] = DMA
+                continue
+            shape = (nbytes, op.P, op.dma_run_bytes)
+            rings_occ = occupancy.get(shape)
+            if rings_occ is None:
+                parts = max(op.P, 1)
+                n_rings = min(n_dma, max(1, -(-parts // per_ring)))
+                per_partition = nbytes / parts
+                run = op.dma_run_bytes
+                desc = min(run, per_partition) if run > 0 else per_partition
+                occ = nbytes / n_rings / (ring_bw * efficiency(desc)) + hw.dge_ns_per_dma
+                rings_occ = occupancy[shape] = (n_rings, occ)
+            n_rings, occ = rings_occ
+            first = (_partition_start(op, mem) // per_ring) % n_dma
+            q = queue_free[QUEUE_OF.get(op.kind, 0)]
+            finish, t_first = 0.0, INF
+            for k in range(n_rings):
+                r = (first + k) % n_dma
+                s = ready if ready > q[r] else q[r]
+                f = rings[r].fill(s, occ)
+                q[r] = f
+                if f > finish:
+                    finish = f
+                if s < t_first:
+                    t_first = s
+            ring_busy += occ * n_rings
+            start[i] = t_first
+            end[i] = finish + dma_fixed
+            engine_of[i] = DMA
+            continue
 
-    def commit(i: int, placement: tuple) -> None:
-        f, s, e, dur, ports = placement
+        touches_psum = op.psum_inputs > 0 or op.psum_out
+        candidates = ONE if len(engines) == 1 else range(len(engines))
+        if len(engines) > 1:
+            if SCALAR in engines and _prefers_scalar(op):
+                candidates = (engines.index(SCALAR),)
+            elif GPSIMD in engines:
+                candidates = [k for k, e in enumerate(engines) if e != GPSIMD]
+        best = None
+        pi = preds[i]
+        durs = dur_of[i]
+        for k in candidates:
+            e = engines[k]
+            ready = 0.0
+            same = drain[e]
+            for p in pi:
+                ep = engine_of[p]
+                t = end[p]
+                if ep != DMA:
+                    t += same if ep == e else sem
+                if t > ready:
+                    ready = t
+            dur = durs[k]
+            if lanes is None:
+                s = ready if ready > free[e] else free[e]
+            else:
+                r = recent[e]
+                lower = r[0] if len(r) == window and r[0] > ready else ready
+                s = lanes[e].earliest(lower, dur)
+            ports = NO_PORTS
+            if sbuf_port is not None and e in vg:
+                ports = [sbuf_port]
+            if psum_port is not None and touches_psum and e in vs:
+                ports = ports + [psum_port]
+            if ports:
+                ports_and_lane = ports if lanes is None else ports + [lanes[e]]
+                while True:
+                    t = s
+                    for tl in ports_and_lane:
+                        t = tl.earliest(t, dur)
+                    if t == s:
+                        break
+                    s = t
+            f = s + dur
+            if best is None or f < best[0]:
+                best = (f, s, e, dur, ports)
+        f, s, e, dur, ports = best
         for tl in ports:
             tl.reserve(s, dur)
         if lanes is not None:
             lanes[e].reserve(s, dur)
             recent[e].append(s)
         start[i], end[i], engine_of[i] = s, f, e
-        placed[i] = 1
         if f > free[e]:
             free[e] = f
         busy[e] += dur
 
-    def place_dma(i: int) -> None:
-        """Split DMA i over the rings serving its partitions (FIFO per ring and queue)."""
-        nonlocal ring_busy
-        op = ops[i]
-        ready = 0.0
-        for p in preds[i]:
-            if end[p] > ready:
-                ready = end[p]
-        nbytes = op.dma_bytes
-        if nbytes <= 0:
-            start[i] = end[i] = ready
-            engine_of[i] = DMA
-            placed[i] = 1
-            return
-        shape = (nbytes, op.P, op.dma_run_bytes)
-        rings_occ = occupancy.get(shape)
-        if rings_occ is None:
-            parts = max(op.P, 1)
-            n_rings = min(n_dma, max(1, -(-parts // per_ring)))
-            per_partition = nbytes / parts
-            run = op.dma_run_bytes
-            desc = min(run, per_partition) if run > 0 else per_partition
-            occ = nbytes / n_rings / (ring_bw * efficiency(desc)) + hw.dge_ns_per_dma
-            rings_occ = occupancy[shape] = (n_rings, occ)
-        n_rings, occ = rings_occ
-        first = (_partition_start(op, mem) // per_ring) % n_dma
-        q = queue_free[QUEUE_OF.get(op.kind, 0)]
-        finish, t_first = 0.0, INF
-        for k in range(n_rings):
-            r = (first + k) % n_dma
-            s = ready if ready > q[r] else q[r]
-            f = rings[r].fill(s, occ)
-            q[r] = f
-            if f > finish:
-                finish = f
-            if s < t_first:
-                t_first = s
-        ring_busy += occ * n_rings
-        start[i] = t_first
-        end[i] = finish + dma_fixed
-        engine_of[i] = DMA
-        placed[i] = 1
-
-    def best_fit(i: int) -> tuple:
-        cands = cands_of[i]
-        if len(cands) == 1:
-            return fit(i, cands[0])
-        return min((fit(i, k) for k in cands), key=_finish)
-
-    def place(i: int) -> None:
-        if ops[i].engines[0] == DMA:
-            place_dma(i)
-        else:
-            commit(i, best_fit(i))
-
-    def ready_first(i: int, waiting: tuple, nested: bool) -> int | None:
-        """The list scheduler's choice while op i waits (placement `waiting`): among the
-        next `list_window - 1` instructions of its engine, the one whose inputs are
-        produced and that starts first, if it starts before op i. On the way, work of
-        other engines that precedes it and does not depend on an unplaced op (op i, or an
-        instruction left waiting) is issued: those engines run ahead meanwhile, each
-        passing at most `list_window - 1` of its waiting instructions and, one level deep
-        (`nested`), choosing by the same rule; DMA queues stay FIFO."""
-        e, first = waiting[2], waiting[1]
-        pick = None
-        passed = dict.fromkeys(COMPUTE_ENGINES, 0)
-        passed[DMA] = 0
-        seen, m = 1, i
-        while seen < list_window and m + 1 < n:
-            m += 1
-            if placed[m]:
-                continue
-            lanes_m = lanes_of[m]
-            dep = False
-            for p in preds[m]:
-                if not placed[p]:   # op i, or an instruction left waiting
-                    dep = True
-                    break
-            if e in lanes_m:
-                seen += 1
-                if not dep:
-                    c = best_fit(m)
-                    if c[2] != e and passed[c[2]] < list_window - 1:
-                        commit(m, c)
-                        continue
-                    if c[1] < first:
-                        pick, first = m, c[1]
-            elif dep or any(passed[x] >= (1 if x == DMA else list_window - 1) for x in lanes_m):
-                for x in lanes_m:
-                    passed[x] += 1
-            elif ops[m].engines[0] == DMA:
-                place_dma(m)
-            elif nested:
-                place(m)
-            else:
-                issue(m, True)
-        return pick
-
-    def issue(i: int, nested: bool = False) -> None:
-        """Place op i, first issuing what its engine's list scheduler runs meanwhile."""
-        best = best_fit(i)
-        if list_window > 1:
-            while best[1] > free[best[2]]:
-                j = ready_first(i, best, nested)
-                if j is None:
-                    break
-                issue(j, nested)
-                best = best_fit(i)
-        commit(i, best)
-
-    list_window = int(params.list_window) if prog.dialect != "current" else 1
-    cands_of = [ONE if op.engines[0] == DMA else candidates(op) for op in ops]
-    lanes_of = [frozenset(op.engines[k] for k in c) for op, c in zip(ops, cands_of)] \
-        if list_window > 1 else []
-    placed = bytearray(n)
-    for i in range(n):
-        if placed[i]:
-            continue
-        if ops[i].engines[0] == DMA:
-            place_dma(i)
-            continue
-        issue(i)
-
     makespan = max(end) if n else 0.0
     return Schedule(makespan, start, end, engine_of, busy, union_length(rings), ring_busy,
                     hw.dma_engines)
-
-
-def _finish(placement: tuple) -> float:
-    return placement[0]
-
-
-def candidates(op: Op) -> tuple[int, ...]:
-    """Indices of the engines in `op.engines` the compiler may put `op` on."""
-    engines = op.engines
-    if len(engines) == 1:
-        return ONE
-    if tr.SCALAR in engines and _prefers_scalar(op):
-        return (engines.index(tr.SCALAR),)
-    if tr.GPSIMD_ENGINE in engines:
-        return tuple(k for k, e in enumerate(engines) if e != tr.GPSIMD_ENGINE)
-    return tuple(range(len(engines)))
 
 
 SCALAR_ALU = frozenset({"add", "subtract", "multiply", "divide"})
