@@ -24,7 +24,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
-from fitness.settings import BACKENDS, TARGETS, EvalSettings
+from fitness.settings import BACKENDS, EXECUTORS, TARGETS, EvalSettings
 from nkibench.problem import DIALECT_OF_NAME
 from operators.llm.settings import ROLES as LLM_ROLES
 from operators.llm.settings import BudgetSettings, LLMSettings, RoleSettings
@@ -34,11 +34,14 @@ from .errors import UserError
 SELECTION_METHODS = ("tournament", "best", "roulette", "double_tournament")
 OPERATOR_KINDS = ("auto", "llm", "tuning")
 HELDOUT_MODES = ("secret", "derived")
+RUN_MODES = ("generational", "async")
 # run.dialect: the NKI dialect of the baselines a run starts from; "auto" = the target's default.
 DIALECT_CHOICES = ("auto",) + tuple(DIALECT_OF_NAME)
 # Settings added after schema 2 that a configuration hash leaves out while at these defaults,
 # so that run folders of earlier releases keep their hash (and resume).
-LATER_DEFAULTS = {"run.dialect": "auto", "evaluation.calibration": EvalSettings.calibration}
+LATER_DEFAULTS = {"run.dialect": "auto", "run.mode": "generational", "run.max_in_flight": 4,
+                  "evaluation.calibration": EvalSettings.calibration, "evaluation.executor": EvalSettings.executor,
+                  "evaluation.ray_address": EvalSettings.ray_address}
 
 
 @dataclass
@@ -52,6 +55,10 @@ class RunSection:
     dialect: str = "auto"                # baselines' NKI dialect: auto (the target's) | legacy | nki
     out: str = "runs"                    # parent folder of run folders
     report: bool = True                  # write report.md + plots at the end of a run
+    # generational: (mu + lambda) generations with a barrier each; async: variation requests and
+    # evaluations overlap, up to max_in_flight at a time, each child entering by mu + 1 replacement.
+    mode: str = "generational"
+    max_in_flight: int = 4
 
 
 @dataclass
@@ -290,6 +297,8 @@ def _check(cfg: Config) -> Config:
     need(bool(cfg.run.problems) or bool(cfg.run.suite), "run.problems", "must name at least one problem")
     need(cfg.run.suite in ("", "nkibench"), "run.suite", "must be \"\" or \"nkibench\"")
     need(cfg.run.dialect in DIALECT_CHOICES, "run.dialect", f"must be one of {', '.join(DIALECT_CHOICES)}")
+    need(cfg.run.mode in RUN_MODES, "run.mode", f"must be one of {', '.join(RUN_MODES)}")
+    need(cfg.run.max_in_flight >= 1, "run.max_in_flight", "must be >= 1")
     p = cfg.population
     need(p.size >= 1, "population.size", "must be >= 1")
     need(p.offspring >= 1, "population.offspring", "must be >= 1")
@@ -323,6 +332,7 @@ def _check(cfg: Config) -> Config:
     need(b.max_llm_calls >= 0, "budget.max_llm_calls", "must be >= 0 (0 = no cap)")
     e = cfg.evaluation
     need(e.backend in BACKENDS, "evaluation.backend", f"must be one of {', '.join(BACKENDS)}")
+    need(e.executor in EXECUTORS, "evaluation.executor", f"must be one of {', '.join(EXECUTORS)}")
     need(e.target in TARGETS, "evaluation.target", f"must be one of {', '.join(TARGETS)}")
     need(bool(e.seeds), "evaluation.seeds", "must list at least one seed")
     need(e.heldout_seeds >= 0, "evaluation.heldout_seeds", "must be >= 0")

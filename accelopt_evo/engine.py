@@ -41,6 +41,8 @@ class Evaluator(Protocol):
 
     def baseline(self, spec: Any) -> EvalResult: ...
 
+    def submit(self, spec: Any, source: str) -> Any: ...   # a concurrent.futures.Future of an EvalResult
+
 
 @dataclass
 class GenerationReport:

@@ -142,6 +142,34 @@ class Evaluator:
         base = baseline.result()
         return [self._finish(spec, ready[key], base) for key in keys]
 
+    def submit(self, spec: ProblemSpec, source: str) -> Future:
+        """One evaluation in the background: a future of the same result `evaluate` returns.
+        The asynchronous engine keeps a bounded number of these in flight."""
+        self._check_open()
+        out: Future = Future()
+        try:
+            key = self._key(spec, source)
+        except Exception as exc:  # as in evaluate_many: a source no one can name is a verdict
+            out.set_result(_unhandled_source(spec, exc, self.backend, self.settings.target))
+            return out
+        baseline = self._baseline_future(spec)
+        hit = self._cache.get(key)
+        if hit is not None:
+            raw: Future = Future()
+            raw.set_result(hit)
+        else:
+            raw = self._pool.submit(key, functools.partial(self._evaluate_raw, spec, source, key))
+
+        def finish(_done: Future) -> None:
+            try:
+                out.set_result(self._finish(spec, raw.result(), baseline.result()))
+            except BaseException as exc:  # noqa: BLE001 - handed to whoever waits on `out`
+                out.set_exception(exc)
+
+        # Both futures must be done; a callback on an already finished future runs at once.
+        raw.add_done_callback(lambda _r: baseline.add_done_callback(finish))
+        return out
+
     def baseline(self, spec: ProblemSpec) -> EvalResult:
         """The problem's baseline kernel on this backend and target (evaluated once)."""
         self._check_open()

@@ -16,8 +16,9 @@ from fitness.simulator.perf.hardware import TARGETS
 EVALUATOR_VERSION = "1"
 
 BACKENDS = ("auto", "simulator", "trainium")
+EXECUTORS = ("local", "ray")
 # TARGETS (re-exported): the performance model's targets, declared once in its hardware table.
-__all__ = ["BACKENDS", "EVALUATOR_VERSION", "TARGETS", "EvalSettings"]
+__all__ = ["BACKENDS", "EVALUATOR_VERSION", "EXECUTORS", "TARGETS", "EvalSettings"]
 
 
 @dataclass(frozen=True)
@@ -34,10 +35,17 @@ class EvalSettings:
     # Simulator parameters: "auto" (a per-user calibration of the target when there is one, else
     # the shipped ones), "shipped", or a calibration file (`calibrate`; fitness.simulator.perf.calibration)
     calibration: str = "auto"
+    # Where evaluations run: "local" (a process pool on this machine) or "ray" (tasks on a Ray
+    # cluster; fitness.executor). ray_address: "" starts a local Ray instance, "auto" or
+    # "ray://host:port" joins a running cluster.
+    executor: str = "local"
+    ray_address: str = ""
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise ValueError(f"evaluation backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
+        if self.executor not in EXECUTORS:
+            raise ValueError(f"evaluation executor must be one of {', '.join(EXECUTORS)}, got {self.executor!r}")
         if self.target not in TARGETS:
             raise ValueError(f"evaluation target must be one of {', '.join(TARGETS)}, got {self.target!r}")
         if not self.seeds:

@@ -64,12 +64,15 @@ def test_the_dialect_is_part_of_the_identity_only_when_not_the_problems_own():
 def test_default_dialect_keeps_the_configuration_hash_of_earlier_releases():
     cfg = _cfg()
     data = cfg.to_dict()
-    del data["run"]["dialect"]     # what a configuration of an earlier release hashed
-    del data["evaluation"]["calibration"]
+    for dotted in config_mod.LATER_DEFAULTS:   # what a configuration of an earlier release hashed
+        section, key = dotted.split(".")
+        del data[section][key]
     blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
     assert hashlib.sha256(blob.encode()).hexdigest()[:16] == cfg.hash()
     assert _cfg("run.dialect=\"nki\"").hash() != cfg.hash()
     assert _cfg("evaluation.calibration=\"shipped\"").hash() != cfg.hash()
+    assert _cfg("run.mode=\"async\"").hash() != cfg.hash()
+    assert _cfg("evaluation.executor=\"ray\"").hash() != cfg.hash()
 
 
 def test_figures_of_uncalibrated_targets_say_so():

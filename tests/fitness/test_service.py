@@ -199,6 +199,18 @@ def test_evaluate_many_keeps_order_and_runs_duplicates_once(evaluator, monkeypat
     assert calls == [variant]            # the rejected and the cached ones never reach a process
 
 
+def test_submit_gives_the_result_evaluate_gives(evaluator):
+    variant = kernels.SILU.replace("nl.multiply(xt, r)", "nl.multiply(r, xt)") + "\n# submitted\n"
+    futures = [evaluator.submit(SPEC, src) for src in (variant, kernels.CONSTANT_OUTPUT, "def kernel(:")]
+    submitted = [f.result(timeout=60) for f in futures]
+    direct = evaluator.evaluate_many(SPEC, [variant, kernels.CONSTANT_OUTPUT, "def kernel(:"])
+    assert [r.status for r in submitted] == ["ok", "incorrect", "compile_error"]
+    for a, b in zip(submitted, direct):
+        assert (a.status, a.error, a.latency_ms, a.speedup, a.percent_of_peak) == \
+               (b.status, b.error, b.latency_ms, b.speedup, b.percent_of_peak)
+    assert submitted[0].speedup and submitted[0].speedup > 0
+
+
 def test_crashed_worker_gives_crashed_and_the_pool_goes_on(evaluator, monkeypatch):
     real_run = sandbox.run
 
