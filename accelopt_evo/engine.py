@@ -43,6 +43,8 @@ class Evaluator(Protocol):
 
     def submit(self, spec: Any, source: str) -> Any: ...   # a concurrent.futures.Future of an EvalResult
 
+    def in_flight(self) -> list[str]: ...                  # "kernel-id on worker" of running evaluations
+
 
 @dataclass
 class GenerationReport:

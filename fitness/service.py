@@ -9,6 +9,7 @@ problem's baseline on the same backend and target, percent of the roofline peak.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import os
@@ -19,7 +20,7 @@ import threading
 import time
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -96,6 +97,7 @@ class Evaluator:
         self._version = evaluator_version()
         self._lock = threading.Lock()
         self._baselines: dict[ProblemSpec, Future] = {}
+        self._running: dict[int, str] = {}   # thread id -> "kernel-id on worker" (in_flight)
         self._closed = False
 
     # -- public API ------------------------------------------------------------------------
@@ -169,6 +171,12 @@ class Evaluator:
         # Both futures must be done; a callback on an already finished future runs at once.
         raw.add_done_callback(lambda _r: baseline.add_done_callback(finish))
         return out
+
+    def in_flight(self) -> list[str]:
+        """What runs now, one "kernel-id on worker" label per evaluation in a kernel process
+        (for progress displays)."""
+        with self._lock:
+            return sorted(self._running.values())
 
     def baseline(self, spec: ProblemSpec) -> EvalResult:
         """The problem's baseline kernel on this backend and target (evaluated once)."""
@@ -289,17 +297,29 @@ class Evaluator:
             limits = sandbox.Limits(self.settings.timeout_s, self.settings.memory_limit_mb,
                                     toolchain=self._cores is not None)
             if self._cores is not None:
-                with self._cores.lease() as core:
+                with self._cores.lease() as core, self._running_as(source, f"core {core}"):
                     outcome = sandbox.run("fitness.worker", request, limits, workdir, judge.on_message,
                                           extra_env=core_env(core, self.target), registry=self._processes)
             else:
-                outcome = self._run_forked(request, limits, workdir, judge)
+                with self._running_as(source, threading.current_thread().name.replace("evaluation_", "slot ")):
+                    outcome = self._run_forked(request, limits, workdir, judge)
             result = judge.result(outcome, reference_dtypes, self.settings.timeout_s)
             if result.ok and self.run_dir and judge.artifacts:
                 self._keep_artifacts(workdir, judge.artifacts, kernel_id(source))
             return result
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
+
+    @contextlib.contextmanager
+    def _running_as(self, source: str, worker: str) -> Iterator[None]:
+        me = threading.get_ident()
+        with self._lock:
+            self._running[me] = f"{kernel_id(source)[:8]} on {worker}"
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._running.pop(me, None)
 
     def _worker_options(self) -> dict[str, Any]:
         if self._host is not None:

@@ -200,8 +200,14 @@ def test_evaluate_many_keeps_order_and_runs_duplicates_once(evaluator, monkeypat
 
 
 def test_submit_gives_the_result_evaluate_gives(evaluator):
-    variant = kernels.SILU.replace("nl.multiply(xt, r)", "nl.multiply(r, xt)") + "\n# submitted\n"
+    variant = kernels.SILU.replace("nl.multiply(xt, r)", "nl.multiply(r, xt)") + "\n\nSUBMITTED = True\n"
     futures = [evaluator.submit(SPEC, src) for src in (variant, kernels.CONSTANT_OUTPUT, "def kernel(:")]
+    seen: set[str] = set()
+    while not all(f.done() for f in futures):
+        seen.update(evaluator.in_flight())
+        time.sleep(0.01)
+    assert any(label.startswith(kernel_id(variant)[:8] + " on slot ") for label in seen), seen
+    assert evaluator.in_flight() == []
     submitted = [f.result(timeout=60) for f in futures]
     direct = evaluator.evaluate_many(SPEC, [variant, kernels.CONSTANT_OUTPUT, "def kernel(:"])
     assert [r.status for r in submitted] == ["ok", "incorrect", "compile_error"]
