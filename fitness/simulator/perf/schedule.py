@@ -24,7 +24,6 @@ from .params import Params
 
 INF = math.inf
 COMPUTE_ENGINES = (tr.TENSOR, tr.VECTOR, tr.SCALAR, tr.GPSIMD_ENGINE)
-ONE = (0,)          # the candidate index of a single-engine op
 NO_PORTS: list = []  # shared, never mutated
 QUEUE_OF = {tr.DMA_LOAD: 0, tr.DMA_STORE: 1, tr.DMA_SPILL_SAVE: 2, tr.DMA_SPILL_RELOAD: 3}
 
@@ -100,6 +99,8 @@ class Timeline:
             if not e or t > e[-1]:   # after the last interval (the usual case)
                 self.starts.append(t)
                 e.append(t + dur)
+            elif t == e[-1]:         # right after it: extend it
+                e[-1] = t + dur
             else:
                 self._mark(bisect.bisect_right(e, t), t, t + dur)
 
@@ -186,7 +187,9 @@ def schedule(prog: Program, preds: list[list[int]], hw: Hardware, params: Params
     per_ring = hw.partitions_per_dma_engine
     n_dma, dma_fixed = hw.dma_engines, params.dma_fixed_ns
     occupancy: dict[tuple[int, int, int], tuple[int, float]] = {}   # DMA shapes repeat
-    DMA, SCALAR, GPSIMD = tr.DMA, tr.SCALAR, tr.GPSIMD_ENGINE
+    DMA = tr.DMA
+    # Per kind of compute op: its candidate engines with their shared ports (memoised).
+    choices: dict[tuple, tuple] = {}
 
     for i, op in enumerate(ops):
         engines = op.engines
@@ -217,7 +220,16 @@ def schedule(prog: Program, preds: list[list[int]], hw: Hardware, params: Params
             for k in range(n_rings):
                 r = (first + k) % n_dma
                 s = ready if ready > q[r] else q[r]
-                f = rings[r].fill(s, occ)
+                ring = rings[r]
+                e = ring.ends
+                if not e or s > e[-1]:      # Timeline.fill's fast path, inlined
+                    f = s + occ
+                    ring.starts.append(s)
+                    e.append(f)
+                elif s == e[-1]:
+                    f = e[-1] = s + occ
+                else:
+                    f = ring.fill(s, occ)
                 q[r] = f
                 if f > finish:
                     finish = f
@@ -229,18 +241,14 @@ def schedule(prog: Program, preds: list[list[int]], hw: Hardware, params: Params
             engine_of[i] = DMA
             continue
 
-        touches_psum = op.psum_inputs > 0 or op.psum_out
-        candidates = ONE if len(engines) == 1 else range(len(engines))
-        if len(engines) > 1:
-            if SCALAR in engines and _prefers_scalar(op):
-                candidates = (engines.index(SCALAR),)
-            elif GPSIMD in engines:
-                candidates = [k for k, e in enumerate(engines) if e != GPSIMD]
-        best = None
+        key = (engines, op.kind, op.func, op.psum_inputs > 0, op.psum_out)
+        choice = choices.get(key)
+        if choice is None:
+            choice = choices[key] = _choices(op, lanes, sbuf_port, psum_port, vg, vs)
         pi = preds[i]
         durs = dur_of[i]
-        for k in candidates:
-            e = engines[k]
+        best_f = -1.0
+        for k, e, ports, ports_and_lane in choice:
             ready = 0.0
             same = drain[e]
             for p in pi:
@@ -256,14 +264,9 @@ def schedule(prog: Program, preds: list[list[int]], hw: Hardware, params: Params
             else:
                 r = recent[e]
                 lower = r[0] if len(r) == window and r[0] > ready else ready
-                s = lanes[e].earliest(lower, dur)
-            ports = NO_PORTS
-            if sbuf_port is not None and e in vg:
-                ports = [sbuf_port]
-            if psum_port is not None and touches_psum and e in vs:
-                ports = ports + [psum_port]
+                le = lanes[e].ends
+                s = lower if not le or lower >= le[-1] else lanes[e].earliest(lower, dur)
             if ports:
-                ports_and_lane = ports if lanes is None else ports + [lanes[e]]
                 while True:
                     t = s
                     for tl in ports_and_lane:
@@ -272,10 +275,10 @@ def schedule(prog: Program, preds: list[list[int]], hw: Hardware, params: Params
                         break
                     s = t
             f = s + dur
-            if best is None or f < best[0]:
-                best = (f, s, e, dur, ports)
-        f, s, e, dur, ports = best
-        for tl in ports:
+            if best_f < 0 or f < best_f:
+                best_f, best_s, best_e, best_dur, best_ports = f, s, e, dur, ports
+        f, s, e, dur = best_f, best_s, best_e, best_dur
+        for tl in best_ports:
             tl.reserve(s, dur)
         if lanes is not None:
             lanes[e].reserve(s, dur)
@@ -288,6 +291,30 @@ def schedule(prog: Program, preds: list[list[int]], hw: Hardware, params: Params
     makespan = max(end) if n else 0.0
     return Schedule(makespan, start, end, engine_of, busy, union_length(rings), ring_busy,
                     hw.dma_engines)
+
+
+def _choices(op: Op, lanes, sbuf_port, psum_port, vg, vs) -> tuple:
+    """(candidate index, engine, shared ports, ports plus the engine's lane) for each
+    engine `op` may run on (an op that ScalarE prefers runs there; GpSimdE takes no
+    multi-engine work)."""
+    engines = op.engines
+    candidates = range(len(engines))
+    if len(engines) > 1:
+        if tr.SCALAR in engines and _prefers_scalar(op):
+            candidates = (engines.index(tr.SCALAR),)
+        elif tr.GPSIMD_ENGINE in engines:
+            candidates = [k for k, e in enumerate(engines) if e != tr.GPSIMD_ENGINE]
+    touches_psum = op.psum_inputs > 0 or op.psum_out
+    out = []
+    for k in candidates:
+        e = engines[k]
+        ports = NO_PORTS
+        if sbuf_port is not None and e in vg:
+            ports = [sbuf_port]
+        if psum_port is not None and touches_psum and e in vs:
+            ports = ports + [psum_port]
+        out.append((k, e, ports, ports if lanes is None else ports + [lanes[e]]))
+    return tuple(out)
 
 
 SCALAR_ALU = frozenset({"add", "subtract", "multiply", "divide"})
