@@ -102,7 +102,13 @@ def _fuse_scaled_pairs(prog: Program) -> int:
     """Step 0 (module doc): rewrite `x op tensor_scalar(x, multiply, c)` into one
     instruction on x and drop the tensor_scalar. Returns the number of pairs fused."""
     ops = prog.ops
-    if not any(op.kind == tr.TS for op in ops):
+    # A first pair needs a tensor_scalar result that a fusable tensor_tensor reads.
+    results = {op.writes[0] for op in ops
+               if op.kind == tr.TS and len(op.writes) == 1 and op.func.startswith("multiply")
+               and "," not in op.func}
+    if not results or not any(op.kind == tr.TT and op.func in FUSABLE and len(op.reads) == 2
+                              and (op.reads[0] in results or op.reads[1] in results)
+                              for op in ops):
         return 0
     n_blocks = len(prog.block_memory)
     reads_of_block = [0] * n_blocks
@@ -532,17 +538,28 @@ def _sbuf_accesses(prog: Program) -> dict[BlockKey, Accesses]:
     only those and HBM)."""
     mem, SBUF = prog.block_memory, tr.SBUF
     out: dict[BlockKey, Accesses] = {}
+    get = out.get
     for op in prog.ops:
         if not op.kind:
             continue
-        for is_write, accesses in ((False, op.reads), (True, op.writes)):
-            for i, (b, _) in enumerate(accesses):
-                if mem[b] == SBUF:
-                    accs = out.get(b)
-                    if accs is None:
-                        out[b] = [(op, is_write, i)]
-                    else:
-                        accs.append((op, is_write, i))
+        i = 0
+        for b, _ in op.reads:
+            if mem[b] == SBUF:
+                accs = get(b)
+                if accs is None:
+                    out[b] = [(op, False, i)]
+                else:
+                    accs.append((op, False, i))
+            i += 1
+        i = 0
+        for b, _ in op.writes:
+            if mem[b] == SBUF:
+                accs = get(b)
+                if accs is None:
+                    out[b] = [(op, True, i)]
+                else:
+                    accs.append((op, True, i))
+            i += 1
     return out
 
 
