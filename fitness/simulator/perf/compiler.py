@@ -150,15 +150,16 @@ def _keep_broadcasts_in_psum(prog: Program, hw: Hardware) -> int:
     the broadcast matmul left it: its PSUM->SBUF copy is dropped and its readers read the
     PSUM tile (one PSUM input each). Returns the number of copies dropped."""
     ops, mem = prog.ops, prog.block_memory
+    copies = [op for op in ops if op.kind == tr.COPY and op.source == "broadcast_to"
+              and len(op.reads) == 1 and len(op.writes) == 1]
+    if not copies:
+        return 0
     writes = [0] * len(mem)
     for op in ops:
         for bk, _ in op.writes:
             writes[bk] += 1
     moved: dict[BlockKey, tuple[BlockKey, tuple[int, ...]]] = {}
-    for op in ops:
-        if op.kind != tr.COPY or op.source != "broadcast_to" or len(op.reads) != 1 \
-                or len(op.writes) != 1:
-            continue
+    for op in copies:
         (src, sbox), (dst, dbox) = op.reads[0], op.writes[0]
         if mem[src] != tr.PSUM or mem[dst] != tr.SBUF or writes[dst] != 1 \
                 or prog.block_bytes(dst) > hw.psum_bank_bytes:
