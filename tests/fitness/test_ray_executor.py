@@ -116,12 +116,12 @@ def test_ray_gives_the_verdicts_of_the_local_executor(ray_evaluator, tmp_path):
 
 
 def test_in_flight_names_the_ray_worker(ray_evaluator):
-    future = ray_evaluator.submit(SPEC, variant(1))
+    futures = [ray_evaluator.submit(SPEC, variant(100 + i)) for i in range(4)]
     seen: set[str] = set()
-    while not future.done():
+    while not all(f.done() for f in futures):
         seen.update(ray_evaluator.in_flight())
-        time.sleep(0.01)
-    assert future.result().ok
+        time.sleep(0.005)
+    assert all(f.result().ok for f in futures)
     assert any(re.fullmatch(r"[0-9a-f]{8} on ray worker [0-9a-f]{8}", label) for label in seen), seen
     assert ray_evaluator.in_flight() == []
 
