@@ -209,6 +209,12 @@ def test_a_run_on_ray_writes_the_checkpoints_of_a_local_run_even_when_a_worker_i
     assert len(local) == 3
     assert checkpoints(tmp_path / "ray" / "r") == local
     assert checkpoints(tmp_path / "killed" / "r") == local
-    lines = [json.loads(x) for x in (tmp_path / "ray" / "r" / "evaluations.jsonl").read_text().splitlines()]
+    lines = evaluations(tmp_path / "ray" / "r")
     fresh = [x for x in lines if not x["cached"]]
     assert fresh and all(x["worker"].startswith("ray worker ") and x["host"] == HOSTNAME for x in fresh)
+    where = lambda line: {k: v for k, v in line.items() if k not in WHERE}  # noqa: E731
+    assert [where(x) for x in lines] == [where(x) for x in evaluations(tmp_path / "local" / "r")]
+
+
+def evaluations(folder: Path) -> list[dict]:
+    return [json.loads(x) for x in (folder / "evaluations.jsonl").read_text().splitlines()]
