@@ -20,8 +20,10 @@ import pytest
 import eval_kernels as kernels
 from accelopt_evo import cli
 from accelopt_evo import config as cfgmod
+from accelopt_evo.records import EvaluationLine
 from accelopt_evo.runner import start_run
 from fitness import executor
+from fitness.result import EvalResult
 from fitness.service import HOSTNAME, Evaluator
 from fitness.settings import EvalSettings
 from nkibench.registry import make_spec
@@ -97,6 +99,20 @@ def _task_pids() -> list[int]:
             except OSError:
                 continue
     return pids
+
+
+def test_where_an_evaluation_ran_goes_to_evaluations_jsonl_not_to_cache_or_checkpoints(tmp_path):
+    with Evaluator(LOCAL, run_dir=tmp_path) as local:
+        result = local.evaluate(SPEC, variant(0))
+    assert re.fullmatch(r"slot [01]", result.worker) and result.host == HOSTNAME
+    (entry,) = [json.loads(p.read_text()) for p in (tmp_path / "cache" / "evaluations").rglob("*.json")
+                if json.loads(p.read_text())["result"]["kernel_id"] == result.kernel_id]
+    assert "worker" not in entry["result"] and "host" not in entry["result"]
+    line = EvaluationLine(1, "silu", result.kernel_id, "tuning", (), False, result)
+    assert {"worker", "host"} <= set(line.to_json()) and "worker" not in line.kernel().to_json()["result"]
+    assert EvaluationLine.from_json(line.to_json()).result.worker == result.worker
+    # results without a place (records of earlier releases) are written as before
+    assert set(EvalResult("ok").to_dict()) == set(EvalResult("ok").to_dict(placement=False))
 
 
 def test_ray_gives_the_verdicts_of_the_local_executor(ray_evaluator, tmp_path):
