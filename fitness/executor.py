@@ -28,6 +28,7 @@ import atexit
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 import threading
 from pathlib import Path
@@ -79,10 +80,10 @@ class RayEvaluator(service.Evaluator):
     def __init__(self, settings: EvalSettings, run_dir: Path | None = None) -> None:
         self._ray = ray = import_ray()
         self._owns_ray = connect(ray, settings)
-        self._packed: dict[ProblemSpec, tuple[str, Any]] = {}
+        self._packed: dict[ProblemSpec, tuple[str, list[tuple[str, SeedData]], Any]] = {}
         self._packing = threading.Lock()
         self._board: Any = None
-        self._pending: dict[str, Any] = {}     # cache key -> object ref of a running task
+        self._pending: dict[str, Any] = {}     # task id -> object ref, of every task not yet returned
         try:
             super().__init__(settings, run_dir)
             self._task = ray.remote(evaluate_task).options(**task_options(self.backend))
@@ -101,12 +102,12 @@ class RayEvaluator(service.Evaluator):
         return max(1, int(self._ray.cluster_resources().get(resource, 0)) or workers)
 
     def _job(self, spec: ProblemSpec, source: str) -> dict[str, Any]:
-        """What a task needs to evaluate `source` (the reference data as an object ref in a
-        list, so that Ray hands it over unresolved: a node that has it unpacked never fetches it)."""
-        digest, refs = self._references(spec)
+        """What a task needs to evaluate `source` (the reference files as an object ref in a
+        list, so that Ray hands it over unresolved: a node that has them unpacked never fetches them)."""
+        digest, cases, files = self._references(spec)
         return {"spec": spec, "source": source, "settings": self.settings, "backend": self.backend,
                 "target": self.target, "host": self._host, "options": self._worker_options(),
-                "references": [digest, [refs]], "version": self._version, "artifacts": self.run_dir is not None,
+                "references": [digest, cases, [files]], "version": self._version, "artifacts": self.run_dir is not None,
                 "board": self._progress_board(), "label": service.kernel_id(source)[:8]}
 
     def _compute(self, spec: ProblemSpec, source: str) -> EvalResult:
@@ -135,12 +136,13 @@ class RayEvaluator(service.Evaluator):
                 (folder / name).write_bytes(blob)
         return EvalResult.from_dict(data)
 
-    def _references(self, spec: ProblemSpec) -> tuple[str, Any]:
-        """(digest, object ref) of the problem's reference data, put once into the object store."""
+    def _references(self, spec: ProblemSpec) -> tuple[str, list[tuple[str, SeedData]], Any]:
+        """(digest, cases, object ref of the files) of the problem's reference data, the files
+        put once into the object store."""
         with self._packing:
             if spec not in self._packed:
-                digest, packed = pack_references(spec, self._cases(spec))
-                self._packed[spec] = (digest, self._ray.put(packed))
+                digest, cases, files = pack_references(spec, self._cases(spec))
+                self._packed[spec] = (digest, cases, self._ray.put(files))
             return self._packed[spec]
 
     def _progress_board(self) -> Any:
@@ -212,9 +214,10 @@ def local_instance(cpus: int, **extra: Any) -> dict[str, Any]:
 
 
 # -- reference data through the object store -------------------------------------------------
-def pack_references(spec: ProblemSpec, cases: list[service.Case]) -> tuple[str, dict[str, Any]]:
-    """(digest, packed) of the reference files of `cases`: file contents by "seed-folder/name",
-    and the cases with those relative names."""
+def pack_references(spec: ProblemSpec,
+                    cases: list[service.Case]) -> tuple[str, list[tuple[str, SeedData]], dict[str, bytes]]:
+    """(digest, cases, files) of the reference data of `cases`: the cases with file names
+    relative to a folder ("seed-folder/name"), and the files' contents by those names."""
     files: dict[str, bytes] = {}
     packed_cases = []
     for case in cases:
@@ -228,28 +231,29 @@ def pack_references(spec: ProblemSpec, cases: list[service.Case]) -> tuple[str, 
         packed_cases.append((case.label, SeedData(d.seed, tuple(rel(p) for p in d.inputs),
                                                   tuple(rel(p) for p in d.expected), d.family)))
     blob = json.dumps([reference_version(), spec_key(spec), sorted(files)])
-    return hashlib.sha256(blob.encode()).hexdigest()[:24], {"files": files, "cases": packed_cases}
+    return hashlib.sha256(blob.encode()).hexdigest()[:24], packed_cases, files
 
 
 _unpacked: dict[str, list[service.Case]] = {}
 _unpack_lock = threading.Lock()
 
 
-def node_cases(digest: str, holder: list[Any]) -> list[service.Case]:
-    """The cases of packed reference data, unpacked once per node into a node-local folder
-    (read-only files; a folder appears complete or not at all)."""
+def node_cases(digest: str, cases: list[tuple[str, SeedData]], holder: list[Any]) -> list[service.Case]:
+    """The cases of packed reference data with the paths of its files, unpacked once per node
+    into a node-local folder (read-only files; a folder appears complete or not at all); only
+    then are the files fetched from the object store."""
     with _unpack_lock:
         if digest in _unpacked:
             return _unpacked[digest]
-        import ray
-
         root = Path(tempfile.gettempdir()) / f"accelopt-evo-ray-references-{os.getuid()}"
         folder = root / digest
-        packed = ray.get(holder[0])
         if not (folder / ".complete").is_file():
+            import ray
+
+            files = ray.get(holder[0])
             root.mkdir(parents=True, exist_ok=True)
             work = Path(tempfile.mkdtemp(dir=root, prefix=".unpack-"))
-            for name, blob in packed["files"].items():
+            for name, blob in files.items():
                 path = work / name
                 path.parent.mkdir(exist_ok=True)
                 path.write_bytes(blob)
@@ -258,17 +262,14 @@ def node_cases(digest: str, holder: list[Any]) -> list[service.Case]:
             try:
                 work.rename(folder)
             except OSError:   # another worker of this node was faster
-                import shutil
-
                 shutil.rmtree(work, ignore_errors=True)
 
         def local(path: Any) -> Any:
             return str(folder / path) if isinstance(path, str) else path
-        cases = [service.Case(label, SeedData(d.seed, tuple(local(p) for p in d.inputs),
-                                              tuple(local(p) for p in d.expected), d.family))
-                 for label, d in packed["cases"]]
-        _unpacked[digest] = cases
-        return cases
+        _unpacked[digest] = [service.Case(label, SeedData(d.seed, tuple(local(p) for p in d.inputs),
+                                                          tuple(local(p) for p in d.expected), d.family))
+                             for label, d in cases]
+        return _unpacked[digest]
 
 
 # -- the task ----------------------------------------------------------------------------------
@@ -317,8 +318,8 @@ def _judge(job: dict[str, Any], name: str, artifacts: dict[str, bytes]) -> EvalR
             if job["artifacts"]:
                 artifacts.update({Path(n).name: (workdir / n).read_bytes() for n in names if (workdir / n).is_file()})
 
-        digest, holder = job["references"]
-        result = service.judge_cases(spec, source, lambda: node_cases(digest, holder), job["settings"],
+        digest, cases, holder = job["references"]
+        result = service.judge_cases(spec, source, lambda: node_cases(digest, cases, holder), job["settings"],
                                      launcher, running=running, keep=keep)
     result.dialect = dialect
     return result
