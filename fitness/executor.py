@@ -27,6 +27,7 @@ from __future__ import annotations
 import atexit
 import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -205,12 +206,14 @@ def connect(ray: Any, settings: EvalSettings) -> bool:
 
 
 def local_instance(cpus: int, **extra: Any) -> dict[str, Any]:
-    """`ray.init` arguments of a single-machine instance: on the loopback address, without the
-    dashboard, `cpus` CPUs; its workers import this checkout."""
+    """`ray.init` arguments of a single-machine instance: on the loopback address (Ray may
+    advertise the host's own address instead), without the dashboard or Ray's info messages,
+    `cpus` CPUs; its workers import this checkout."""
     root = str(Path(__file__).resolve().parents[1])
     path = os.pathsep.join([root, *([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])])
     return {"address": "local", "num_cpus": cpus, "include_dashboard": False, "_node_ip_address": "127.0.0.1",
-            "log_to_driver": False, "runtime_env": {"env_vars": {"PYTHONPATH": path}}, **extra}
+            "log_to_driver": False, "logging_level": logging.WARNING,
+            "runtime_env": {"env_vars": {"PYTHONPATH": path}}, **extra}
 
 
 # -- reference data through the object store -------------------------------------------------
