@@ -39,9 +39,9 @@ from .normalize import kernel_id
 from .pool import EvalPool
 from .references import ReferenceError, ReferenceStore, SeedData, reference_version
 from .result import COMPILE_ERROR, CRASHED, INCORRECT, OK, REJECTED, TIMEOUT, EvalResult
-from .simulator.dialect import Dialect
 from .roofline import percent_of_peak, roofline
 from .settings import EvalSettings
+from .simulator.dialect import Dialect
 
 
 # What the fork server imports once for every simulator kernel process.
