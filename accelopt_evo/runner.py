@@ -233,14 +233,14 @@ def open_evaluator(cfg: Config, folder: RunFolder | None) -> Any:
     """The evaluation service of a run (a context manager) with the held-out seeds its folder
     records, or new ones for a one-off evaluation; tests may pass another factory."""
     from fitness.backends import BackendError
-    from fitness.service import Evaluator
+    from fitness.executor import ExecutorError, open_evaluator as open_executor
     from fitness.simulator.perf.calibration import CalibrationError
 
     recorded = read_heldout(folder.heldout) if folder else None
     settings = config_mod.evaluation_settings(cfg, (recorded or new_heldout(cfg)).seeds)
-    try:
-        return Evaluator(settings, run_dir=folder.root.resolve() if folder else None)
-    except (BackendError, CalibrationError) as exc:
+    try:   # the local pool or Ray (evaluation.executor)
+        return open_executor(settings, run_dir=folder.root.resolve() if folder else None)
+    except (BackendError, CalibrationError, ExecutorError) as exc:
         raise UserError(str(exc)) from None
 
 
