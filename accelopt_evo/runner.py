@@ -31,6 +31,7 @@ from .records import (LEGACY_SCHEMA, SETTINGS_SINCE_SCHEMA_2, Checkpoint, Heldou
                       append_evaluation, figure_label, read_checkpoint, read_evaluations, read_heldout,
                       rewrite_evaluations, write_checkpoint, write_heldout, write_memory_file)
 from .runfolder import RunFolder
+from .steady import AsyncEvolution
 
 
 # --------------------------------------------------------------------------------------------
@@ -211,10 +212,17 @@ class Run:
         stop = self.operators.stop_reason()
         with tqdm(total=gens, initial=min(self.engine.generation, gens), desc="generations", unit="gen",
                   disable=not self.progress, dynamic_ncols=True) as bar:
-            while self.engine.generation < gens and stop is None:
-                self.persist(self.engine.step())
+
+            def generation_done(reports: list[GenerationReport]) -> str | None:
+                self.persist(reports)
                 bar.update(1)
-                stop = self.operators.stop_reason()
+                return self.operators.stop_reason()
+
+            if self.cfg.run.mode == "async" and self.engine.generation < gens and stop is None:
+                evolution = AsyncEvolution(self.engine, self.cfg.run.max_in_flight, bar=bar if self.progress else None)
+                stop = evolution.run(gens, generation_done)
+            while self.engine.generation < gens and stop is None:
+                stop = generation_done(self.engine.step())
         if stop:
             self.log(f"run stopped after generation {self.engine.generation}: {stop}")
         return self.outcome(stop)
