@@ -263,6 +263,9 @@ class AsyncEvolution:
                 if stop is not None or self.engine.generation >= gens:
                     return stop
                 self._open_windows()
+                # Free slots first take requests drawn from the state just checkpointed: a run
+                # resumed from that checkpoint asks the same first questions (from the caches).
+                self._fill_slots()
                 held = [c for n in self._names for c in self._held[n]]
                 self._held = {n: [] for n in self._names}
                 self._ready.extendleft(reversed(held))
