@@ -324,6 +324,13 @@ class Engine:
                        ctx: Context, generation: int) -> None:
         """Improving and regressing (parent, child) pairs of `valid` children (parents looked
         up in `by_id`) go to the summarizer and, with their rationales, into the memory."""
+        lessons = self._lessons(problem, valid, by_id)
+        if lessons:
+            self._remember(lessons, self.operators.summarize([view for _, view in lessons], ctx), generation)
+
+    def _lessons(self, problem: Problem, valid: list[KernelRecord],
+                 by_id: dict[str, KernelRecord]) -> list[tuple[Candidate, tuple[Parent, Parent, float]]]:
+        """The pairs the memory admits, each with what the summarizer is shown of it."""
         candidates, pairs = [], {}
         for child in valid:
             parents = [by_id[p] for p in child.parent_ids if p in by_id and by_id[p].valid]
@@ -334,13 +341,13 @@ class Engine:
             cand = Candidate(problem.name, parent.id, child.id, ratio, child.operator)
             candidates.append(cand)
             pairs[(parent.id, child.id)] = (parent, child)
-        chosen = self.memory.select(candidates)
-        if not chosen:
-            return
-        views = [(parent_view(pairs[(c.parent_id, c.child_id)][0]), parent_view(pairs[(c.parent_id, c.child_id)][1]),
-                  c.speedup) for c in chosen]
-        rationales = self.operators.summarize(views, ctx)
-        for cand, (pv, cv, _), text in zip(chosen, views, rationales):
+        return [(c, (parent_view(pairs[(c.parent_id, c.child_id)][0]), parent_view(pairs[(c.parent_id, c.child_id)][1]),
+                     c.speedup)) for c in self.memory.select(candidates)]
+
+    def _remember(self, lessons: list[tuple[Candidate, tuple[Parent, Parent, float]]], rationales: list[str],
+                  generation: int) -> None:
+        """The lessons with a rationale into the memory."""
+        for (cand, (pv, cv, _)), text in zip(lessons, rationales):
             if text:
                 self.memory.add(cand, text, kernel_diff(pv.source, cv.source), generation)
 

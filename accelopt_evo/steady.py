@@ -88,6 +88,10 @@ class _Window:
     parents: dict[str, KernelRecord] = field(default_factory=dict)
     report: GenerationReport | None = None              # set when the generation is closed
 
+    def full(self, offspring: int) -> bool:
+        """All its children are in: it is being closed or closed."""
+        return self.settled >= offspring
+
 
 OnGeneration = Callable[[list[GenerationReport]], "str | None"]
 
@@ -111,18 +115,23 @@ class AsyncEvolution:
         self._windows: dict[str, _Window] = {}
         self._pool: ThreadPoolExecutor | None = None
         self._shown = ""
-        self.peak_in_flight = 0                          # most slots busy at once (for tests)
+        self._gens = 0
+        self._offspring = engine.cfg.population.offspring
 
     # ---------------------------------------------------------------------------------
     def run(self, gens: int, on_generation: OnGeneration) -> str | None:
         """Evolve until generation `gens` is closed or `on_generation` returns a stop reason.
         Work still in flight then is abandoned (variation threads are waited for)."""
+        self._gens = gens
         self._open_windows()
         stop: str | None = None
-        self._pool = ThreadPoolExecutor(self.max_in_flight, thread_name_prefix="variation")
+        # variation and repair of the slots, and one summary per problem
+        self._pool = ThreadPoolExecutor(self.max_in_flight + len(self._names), thread_name_prefix="variation")
         try:
             while stop is None and self.engine.generation < gens:
                 self._fill_slots()
+                if not self._tasks:  # cannot happen: a generation open needs children or has some coming
+                    raise RuntimeError("asynchronous evolution has nothing in flight and nothing to ask for")
                 self._show()
                 done, _ = wait(list(self._tasks), timeout=POLL_S, return_when=FIRST_COMPLETED)
                 for future in sorted(done, key=lambda f: self._tasks[f][0]):
@@ -140,16 +149,24 @@ class AsyncEvolution:
             if name is None:
                 return
             self._issue(name)
-        self.peak_in_flight = max(self.peak_in_flight, len(self._slots))
 
     def _next_problem(self) -> str | None:
-        """The next problem in turn whose generation is still open."""
+        """The next problem in turn whose generation is still open and that needs children
+        beyond those on their way to finish the run."""
         for k in range(len(self._names)):
             name = self._names[(self._turn + k) % len(self._names)]
-            if self._windows[name].report is None:
+            if not self._windows[name].full(self._offspring) and self._wanted(name) > 0:
                 self._turn = (self._turn + k + 1) % len(self._names)
                 return name
         return None
+
+    def _wanted(self, name: str) -> int:
+        """Children the problem still needs up to generation `gens`, less those on their way
+        (a request whose variation runs counts as one child)."""
+        w = self._windows[name]
+        on_the_way = (sum(max(slot.unsettled, 1) for slot in self._slots if slot.problem == name)
+                      + sum(1 for item in self._ready if item.slot.problem == name) + len(self._held[name]))
+        return (self._gens - w.generation + 1) * self._offspring - w.settled - on_the_way
 
     def _context(self, name: str) -> Context:
         """The problem's context with a generator of its own (for a worker thread)."""
@@ -249,27 +266,32 @@ class AsyncEvolution:
             self._windows[name] = _Window(self.engine.generation + 1)
 
     def _absorb_ready(self, gens: int, on_generation: OnGeneration) -> str | None:
-        """Settled children into their populations; closed generations to `on_generation`."""
-        while self._ready:
-            item = self._ready.popleft()
-            name = item.slot.problem
-            if self._windows[name].report is not None:
-                self._held[name].append(item)
-                continue
-            self._absorb(name, item)
+        """Settled children into their populations (or held while their problem's generation
+        is full); a generation closed by every problem to `on_generation`."""
+        while True:
             if all(w.report is not None for w in self._windows.values()):
                 self.engine.generation += 1
                 stop = on_generation([self._windows[n].report for n in self._names])
                 if stop is not None or self.engine.generation >= gens:
                     return stop
                 self._open_windows()
-                # Free slots first take requests drawn from the state just checkpointed: a run
-                # resumed from that checkpoint asks the same first questions (from the caches).
+                # Free slots first take requests drawn from the state just checkpointed, problems
+                # in turn from the first: a run resumed from that checkpoint asks the same first
+                # questions (answered by the caches).
+                self._turn = 0
                 self._fill_slots()
                 held = [c for n in self._names for c in self._held[n]]
                 self._held = {n: [] for n in self._names}
                 self._ready.extendleft(reversed(held))
-        return None
+                continue
+            if not self._ready:
+                return None
+            item = self._ready.popleft()
+            name = item.slot.problem
+            if self._windows[name].full(self._offspring):
+                self._held[name].append(item)
+            else:
+                self._absorb(name, item)
 
     def _absorb(self, name: str, item: _Child) -> None:
         engine, w = self.engine, self._windows[name]
@@ -290,14 +312,24 @@ class AsyncEvolution:
                 w.valid.append(item.record)
                 w.parents.update(item.parents)
                 engine._survive(state, [item.record])
-        if w.settled < engine.cfg.population.offspring:
+        if not w.full(self._offspring):
             return
-        problem = engine.problems[name]
-        engine._update_memory(problem, w.valid, w.parents, engine._context(problem), w.generation)
+        # The memory update: its summaries are in flight like the rest, so that the slots keep
+        # the endpoint busy meanwhile; then the logbook entry.
+        lessons = engine._lessons(engine.problems[name], w.valid, w.parents)
+        if not lessons:
+            self._close(name, lessons, [])
+            return
+        future = self._pool.submit(engine.operators.summarize, [view for _, view in lessons], self._context(name))
+        self._track(future, f"{name} summary", functools.partial(self._close, name, lessons))
+
+    def _close(self, name: str, lessons: list, rationales: list[str]) -> None:
+        w = self._windows[name]
+        self.engine._remember(lessons, rationales, w.generation)
         counts = {"offspring": w.settled, "valid": len(w.valid), "duplicates": w.counts["duplicates"],
                   "failed_ops": w.counts["failed_ops"], "repaired": w.counts["repaired"]}
-        w.report = engine._record_generation(state, name, w.generation, counts, w.evaluations, w.produced,
-                                             w.started)
+        w.report = self.engine._record_generation(self.engine.states[name], name, w.generation, counts,
+                                                  w.evaluations, w.produced, w.started)
 
     # Progress ---------------------------------------------------------------------------
     def _show(self) -> None:
