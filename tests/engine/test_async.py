@@ -5,6 +5,10 @@ requests in flight, checkpoints, resume from the caches, budgets, the progress d
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
 from collections import Counter
 
@@ -155,3 +159,35 @@ def test_an_interrupted_async_run_resumes_from_its_checkpoint_and_the_caches(tmp
     assert sorted(Counter(x["generation"] for x in lines)) == [0, 1, 2, 3]
     again = [x for x in lines if x["generation"] >= 2 and not x["reused"] and x["kernel_id"] in first]
     assert all(x["cached"] for x in again)
+
+
+def test_an_async_run_killed_mid_run_resumes_and_completes(tmp_path):
+    """The real CLI, evaluator and simulator: SIGKILL once generation 1 is checkpointed, then
+    `resume` finishes the run; nothing half-written, every generation counted in full."""
+    flags = ["--no-progress", "--set", "run.shape=tiny", "--set", "population.size=4", "--set",
+             "population.offspring=4", "--set", "evaluation.seeds=[0]", "--set", "evaluation.heldout_seeds=1",
+             "--set", "run.report=false", "--set", 'run.mode="async"', "--set", "run.max_in_flight=3"]
+    victim = subprocess.Popen([sys.executable, "-m", "accelopt_evo", "run", "--gens", "4", "--run-id", "k", *flags],
+                              cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              start_new_session=True)
+    folder = RunFolder(tmp_path / "runs" / "k")
+    deadline = time.monotonic() + 300
+    while not folder.checkpoint_path(1).exists():
+        assert victim.poll() is None, victim.stdout.read()
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    os.killpg(victim.pid, signal.SIGKILL)
+    victim.wait(timeout=30)
+    assert not folder.checkpoint_path(4).exists(), "the run ended before it could be killed"
+    for _, path in folder.checkpoint_files():
+        json.loads(path.read_text())
+
+    resumed = subprocess.run([sys.executable, "-m", "accelopt_evo", "resume", str(folder.root), "--no-progress"],
+                             cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    log = json.loads(folder.checkpoint_path(4).read_text())["logbook"]["silu"]
+    assert [e["gen"] for e in log] == [0, 1, 2, 3, 4]
+    assert all(e["offspring"] == 4 for e in log[1:])
+    lines = evaluation_lines(folder)
+    for e in log:   # the log holds each generation's evaluations once
+        assert sum(x["generation"] == e["gen"] for x in lines) == e["evals"] + e["reused"]
