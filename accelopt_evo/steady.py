@@ -140,6 +140,8 @@ class AsyncEvolution:
                 stop = self._absorb_ready(gens, on_generation)
         finally:  # evaluations still running end with the evaluator
             self._pool.shutdown(wait=True, cancel_futures=True)
+            if self.bar is not None:
+                self.bar.set_postfix_str("")
         return stop
 
     # Slots ----------------------------------------------------------------------------
@@ -333,12 +335,14 @@ class AsyncEvolution:
 
     # Progress ---------------------------------------------------------------------------
     def _show(self) -> None:
-        """In-flight LLM work (by problem and kind) and evaluations (by worker or core)."""
+        """Variation work in flight (LLM calls with LLM operators; by problem and kind) and
+        evaluations (by worker or core), after the operator set's name: "llm 3: silu mutation,
+        silu summary | eval 2: 1a2b3c4d on slot 0, ..."."""
         if self.bar is None:
             return
-        llm = [what for _order, what, _then in self._tasks.values() if what != EVAL]
-        evals = list(getattr(self.engine.evaluator, "in_flight", list)())
-        text = f"LLM {len(llm)}{_names(llm)} | eval {len(evals)}{_names(evals)}"
+        varying = [what for _order, what, _then in self._tasks.values() if what != EVAL]
+        evals = self.engine.evaluator.in_flight()
+        text = f"{self.engine.operators.name} {len(varying)}{_names(varying)} | eval {len(evals)}{_names(evals)}"
         if text != self._shown:
             self._shown = text
             self.bar.set_postfix_str(text)

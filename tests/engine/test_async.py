@@ -121,7 +121,7 @@ def test_no_more_than_max_in_flight_requests_and_evaluations_at_once(tmp_path, m
 def test_progress_shows_work_in_flight_and_no_progress_silences_it(tmp_path, capsys):
     start_run(make_cfg(tmp_path, 2), "shown", progress=True, log=quiet, evaluator_factory=fake(0.05))
     err = capsys.readouterr().err
-    assert "LLM " in err and "eval " in err and " on slot " in err
+    assert "tuning " in err and "silu mutation" in err and "eval " in err and " on slot " in err
     start_run(make_cfg(tmp_path, 2), "quiet", progress=False, log=quiet, evaluator_factory=fake(0.05))
     assert capsys.readouterr().err == ""
 
