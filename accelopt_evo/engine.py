@@ -4,7 +4,7 @@ A generation, per problem (DESIGN.md "Data flow of one generation"):
 select parents -> vary (operators) -> dedupe -> evaluate -> repair -> memory update ->
 (mu + lambda) survivors with elitism -> hall of fame, logbook. The runner checkpoints after
 each generation; everything the loop needs to continue is in `Engine.state_dict()` (a
-records.Checkpoint).
+records.Checkpoint). The asynchronous mode (steady.py) uses the same steps one child at a time.
 """
 
 from __future__ import annotations

@@ -10,14 +10,17 @@ Each valid child enters its population as soon as it is evaluated, by mu + 1 rep
 the elitism and selection of a generation (Engine._survive).
 
 Generations are counted, not waited for: every `population.offspring` settled children of a
-problem (a child is settled when evaluated, a duplicate of a kernel in the population or in
-flight, or an operator failure, as a generation counts its offspring) close that problem's
-generation: memory update, logbook entry and report, as Engine._absorb does for a generation.
-When every problem has closed generation g, the runner persists the reports and writes
-checkpoint g (`on_generation`). A problem that is ahead gets no new slot meanwhile, and the
-children of its slots that settle are held out of its population until then. Work in flight
-at a checkpoint is not in it: a resumed run asks again, and the LLM response cache and the
-evaluation cache answer what was already paid for.
+problem (a child is settled when evaluated, a duplicate of a kernel in the population, of
+this generation or in flight, or an operator failure, as a generation counts its offspring)
+close that problem's generation: memory update (its summaries in flight like the rest), logbook
+entry and report, as Engine._absorb does for a generation. When every problem has closed
+generation g, the runner persists the reports and writes checkpoint g (`on_generation`). A
+problem that is ahead gets no new slot meanwhile, and the children of its slots that settle are
+held out of its population until then. No request is made for children beyond the last
+generation's. Work in flight at a checkpoint is not in it: a resumed run asks again, and the
+LLM response cache and the evaluation cache answer what was already paid for; right after a
+checkpoint, free slots take requests drawn from the checkpointed state, so a run resumed from
+it asks the same first questions.
 
 Randomness: parents are selected and request kinds drawn on the calling thread only (the
 engine's py_rng); every request gets its own numpy generator drawn from the engine's np_rng, so
