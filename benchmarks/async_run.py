@@ -3,6 +3,7 @@ number of evaluated children.
 
     python benchmarks/async_run.py                 # silu paper shape, 3 generations x 8 offspring, 2 s a call
     python benchmarks/async_run.py --shape small --llm-concurrency 4    # endpoint-bound, fast evaluations
+    python benchmarks/async_run.py --repeat 3      # three pairs of runs in alternating order, medians
 
 Both runs use the project's scripted OpenAI-compatible test server (tests/llm_server.py) on
 127.0.0.1, made to answer every chat call after `--delay` seconds, the real evaluator (the
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -39,7 +41,7 @@ from accelopt_evo import config as cfgmod  # noqa: E402
 from accelopt_evo.runner import start_run  # noqa: E402
 
 
-def one_run(mode: str, args: argparse.Namespace, out: str) -> dict:
+def one_run(mode: str, args: argparse.Namespace, out: str, run_id: str) -> dict:
     with ScriptedLLMServer(delay_s=args.delay) as server:
         cfg = cfgmod.resolve(sets=[
             f"run.out={json.dumps(out)}", f"run.gens={args.gens}", f"run.shape={args.shape}", "run.report=false",
@@ -55,7 +57,7 @@ def one_run(mode: str, args: argparse.Namespace, out: str) -> dict:
             print(f"  [{mode}] {msg}", flush=True)
 
         started = time.perf_counter()
-        outcome = start_run(cfg, mode, progress=False, log=log)
+        outcome = start_run(cfg, run_id, progress=False, log=log)
         ended = time.perf_counter()
         calls = server.totals()["calls"]
     ck = json.loads(outcome.folder.checkpoint_path(args.gens).read_text())
@@ -75,13 +77,15 @@ def main() -> None:
     ap.add_argument("--slots", type=int, default=8, help="run.max_in_flight (requests in flight, async)")
     ap.add_argument("--llm-concurrency", type=int, default=8, help="llm.max_concurrency (calls at once, both)")
     ap.add_argument("--shape", default="paper", help="silu's shape: paper (evaluations take seconds), small, tiny")
+    ap.add_argument("--repeat", type=int, default=1, help="pairs of runs, in alternating order (medians shown)")
     args = ap.parse_args()
 
     os.environ.setdefault("ACCELOPT_BENCH_KEY", "sk-bench-not-a-real-key")
     rows = []
     with tempfile.TemporaryDirectory() as out:
-        for mode in ("generational", "async"):
-            rows.append(one_run(mode, args, out))
+        for r in range(args.repeat):
+            for mode in ("generational", "async")[:: 1 if r % 2 == 0 else -1]:
+                rows.append(one_run(mode, args, out, f"{mode}-{r}"))
     load = os.getloadavg()
     print(f"\nsilu {args.shape}, {args.gens} generations x {args.offspring} offspring, LLM {args.delay:g} s a call, "
           f"{args.llm_concurrency} LLM calls at once, {args.slots} slots; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} CPUs")
@@ -89,8 +93,9 @@ def main() -> None:
     for r in rows:
         print(f"{r['mode']:<13}  {r['after_gen0_s']:15.2f}  {r['total_s']:9.2f}  {r['children']:8d}  "
               f"{r['fresh_evaluations']:11d}  {r['llm_calls']:9d}  {r['best_speedup']:12.4f}")
-    gen, asy = rows
-    print(f"async / generational after generation 0: {asy['after_gen0_s'] / gen['after_gen0_s']:.2f}")
+    medians = {m: statistics.median(r["after_gen0_s"] for r in rows if r["mode"] == m) for m in ("generational", "async")}
+    print(f"median after generation 0: generational {medians['generational']:.2f} s, async {medians['async']:.2f} s; "
+          f"async / generational {medians['async'] / medians['generational']:.2f}")
     dest = REPO / "benchmarks" / "out"
     dest.mkdir(parents=True, exist_ok=True)
     (dest / "async_run.json").write_text(json.dumps({"args": vars(args), "load_average": load, "runs": rows},
