@@ -22,6 +22,7 @@ from operators.base import Operators
 from operators.tuning import TuningOperators
 
 from . import config as config_mod
+from .compat import serialize_ast_parse
 from .config import Config
 from .engine import BaselineError, Engine, GenerationReport
 from .errors import UserError
@@ -289,6 +290,7 @@ def resume_run(path: str | Path, gens: int | None = None, *, progress: bool = Tr
 def _drive(cfg: Config, folder: RunFolder, problems: list[Problem], operators: Operators, memory: OptimizationMemory,
            checkpoint: Checkpoint | None, gens: int, progress: bool, log: Callable[[str], None],
            evaluator_factory: EvaluatorFactory) -> Outcome:
+    serialize_ast_parse()   # kernels are parsed on several threads (compat.py)
     with evaluator_factory(cfg, folder) as evaluator:
         name, why = evaluator.backend_choice
         target = cfg.evaluation.target
