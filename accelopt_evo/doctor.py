@@ -2,13 +2,15 @@
 
 Python and package versions, the Neuron SDK and the NKI dialects it compiles here, devices and
 NeuronCores (with the logical-core configuration), the profiler tool, the backend and target a
-run would use and why, which calibration the simulator uses, and whether the configured LLM
-endpoint answers (one GET /models; the key is never printed).
+run would use and why, where evaluations run (the local pool or Ray, and whether Ray is
+installed), which calibration the simulator uses, and whether the configured LLM endpoint
+answers (one GET /models; the key is never printed).
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import platform
 from dataclasses import dataclass
 from typing import Callable
@@ -33,6 +35,19 @@ def _version(name: str) -> str:
         return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
         return "not installed"
+
+
+def _executor_line(cfg: Config) -> tuple[str, bool]:
+    """Where evaluations would run, and whether they can (Ray is an optional extra)."""
+    e = cfg.evaluation
+    installed = importlib.util.find_spec("ray") is not None
+    if e.executor != "ray":
+        ray = f"Ray {_version('ray')} is installed" if installed else "Ray is not installed: pip install -e '.[ray]'"
+        return f"executor    local process pool (for evaluation.executor = \"ray\": {ray})", True
+    if not installed:
+        return "executor    ray, but Ray is not installed: pip install -e '.[ray]'", False
+    where = f"joins the cluster at {e.ray_address!r}" if e.ray_address else "starts a local instance"
+    return f"executor    ray {_version('ray')}: {where}", True
 
 
 def diagnose(cfg: Config, host: NeuronHost, check_llm: Callable[[], str],
@@ -67,6 +82,9 @@ def diagnose(cfg: Config, host: NeuronHost, check_llm: Callable[[], str],
         lines.append(f"backend     simulator, target {e.target} ({cal}): {why}")
     else:
         lines.append(f"backend     cannot start: {why}")
+    line, ok = _executor_line(cfg)
+    lines.append(line)
+    can_run = can_run and ok
     if cfg.llm.base_url:
         problem = check_llm()
         lines.append(f"llm         {cfg.llm.base_url} " + (f"does not answer: {problem}" if problem else "answers"))

@@ -4,7 +4,7 @@ A generation, per problem (DESIGN.md "Data flow of one generation"):
 select parents -> vary (operators) -> dedupe -> evaluate -> repair -> memory update ->
 (mu + lambda) survivors with elitism -> hall of fame, logbook. The runner checkpoints after
 each generation; everything the loop needs to continue is in `Engine.state_dict()` (a
-records.Checkpoint).
+records.Checkpoint). The asynchronous mode (steady.py) uses the same steps one child at a time.
 """
 
 from __future__ import annotations
@@ -134,15 +134,22 @@ class Engine:
         a crossover with probability cx / (cx + mut), else a mutation, and counts the children
         the operators expect of it; all parents are drawn in one selection call (so that
         `best` expands the top kernels in turn, as a beam search does)."""
-        var = self.cfg.variation
-        p_cx = var.crossover_prob / (var.crossover_prob + var.mutation_prob)
         parents = [ind for ind in state.population if ind.valid]
         kinds: list[str] = []
         expected = 0
         while expected < count:
-            kind = CROSSOVER if len(parents) >= 2 and self.py_rng.random() < p_cx else MUTATION
-            kinds.append(kind)
-            expected += max(1, self.operators.children_per_request(kind, ctx))
+            kinds.append(self._draw_kind(parents))
+            expected += max(1, self.operators.children_per_request(kinds[-1], ctx))
+        return self._pick_parents(parents, kinds)
+
+    def _draw_kind(self, parents: Sequence[KernelRecord]) -> str:
+        """CROSSOVER with probability cx / (cx + mut) when there are two parents, else MUTATION."""
+        var = self.cfg.variation
+        p_cx = var.crossover_prob / (var.crossover_prob + var.mutation_prob)
+        return CROSSOVER if len(parents) >= 2 and self.py_rng.random() < p_cx else MUTATION
+
+    def _pick_parents(self, parents: list[KernelRecord], kinds: list[str]) -> list[Request]:
+        """One request per kind, its parents drawn from `parents` in one selection call."""
         slots = sum(2 if k == CROSSOVER else 1 for k in kinds)
         picks = self.toolbox.select(parents, slots)
         picks = [picks[i % len(picks)] for i in range(slots)]  # selBest returns at most len(parents)
@@ -159,25 +166,39 @@ class Engine:
             i += 2
         return requests
 
-    def _evaluate(self, state: ProblemState, candidates: list[KernelRecord], label: str) -> list[EvaluationLine]:
+    def _evaluate(self, state: ProblemState, candidates: list[KernelRecord], label: str,
+                  generation: int) -> list[EvaluationLine]:
         """Evaluate candidates not evaluated before in this run; reuse known results."""
         fresh = [c for c in candidates if c.id not in state.known]
         results = self.toolbox.evaluate(state.spec, [c.source for c in fresh], progress=self.progress and label) if fresh else []
         for c, r in zip(fresh, results):
             state.known[c.id] = r
-        records = []
         fresh_ids = {c.id for c in fresh}
-        for c in candidates:
-            c.result = state.known[c.id]
-            if c.valid:
-                c.fitness.values = (float(c.result.speedup),)
-            records.append(EvaluationLine(self.generation + 1, state.spec.name, c.id, c.operator, c.parent_ids,
-                                      c.id not in fresh_ids, c.result))
-        return records
+        return [self._judged(state, c, state.known[c.id], generation, c.id not in fresh_ids) for c in candidates]
+
+    @staticmethod
+    def _judged(state: ProblemState, c: KernelRecord, result: EvalResult, generation: int,
+                reused: bool) -> EvaluationLine:
+        """Give `c` its result (and its fitness when valid); the evaluation's log line."""
+        c.result = result
+        if c.valid:
+            c.fitness.values = (float(result.speedup),)
+        return EvaluationLine(generation, state.spec.name, c.id, c.operator, c.parent_ids, reused, result)
 
     def _make(self, child: Child, generation: int) -> KernelRecord:
         return new_kernel(child.source, kernel_id(child.source), parent_ids=child.parent_ids,
                           operator=child.operator, generation=generation, note=child.note)
+
+    def _admit(self, child: Child, generation: int, taken: set[str]) -> KernelRecord | None:
+        """The kernel of `child`, or None when it has no source or its id is in `taken` (which
+        it joins): duplicates within a generation or of the population are not evaluated."""
+        if child.source is None:
+            return None
+        ind = self._make(child, generation)
+        if ind.id in taken:
+            return None
+        taken.add(ind.id)
+        return ind
 
     # ---------------------------------------------------------------------------------
     def initialize(self) -> list[GenerationReport]:
@@ -190,7 +211,7 @@ class Engine:
             state = ProblemState(spec=problem.spec, hall_of_fame=tools.HallOfFame(
                 HALL_OF_FAME_SIZE, similar=lambda a, b: a.id == b.id), logbook=tools.Logbook(), baseline_id=baseline.id)
             self.states[name] = state
-            evaluations = self._evaluate(state, [baseline], f"gen 0 {name} baseline")
+            evaluations = self._evaluate(state, [baseline], f"gen 0 {name} baseline", 0)
             if not baseline.valid:
                 raise BaselineError(f"the baseline of '{name}' failed ({baseline.result.status}): "
                                     f"{baseline.result.error.splitlines()[0] if baseline.result.error else ''}")
@@ -223,21 +244,13 @@ class Engine:
         """Dedupe, evaluate, repair, update memory, select survivors, record the generation."""
         ctx = self._context(problem)
         failed_ops = sum(1 for c in children if c.source is None)
-        in_population = {ind.id for ind in state.population}
-        offspring: list[KernelRecord] = []
-        seen: set[str] = set()
-        for child in children:
-            if child.source is None:
-                continue
-            ind = self._make(child, generation)
-            if ind.id in in_population or ind.id in seen:
-                continue
-            seen.add(ind.id)
-            offspring.append(ind)
+        parents = {ind.id: ind for ind in state.population}
+        taken = set(parents)
+        offspring = [ind for ind in (self._admit(c, generation, taken) for c in children) if ind is not None]
         produced = {ind.id: ind.source for ind in [*extra, *offspring]}
         duplicates = sum(1 for c in children if c.source is not None) - len(offspring)
         label = f"gen {generation} {problem.name}"
-        evaluations = evaluations + self._evaluate(state, offspring, label)
+        evaluations = evaluations + self._evaluate(state, offspring, label, generation)
 
         repaired = 0
         for _attempt in range(self.cfg.variation.repair_attempts):
@@ -247,42 +260,52 @@ class Engine:
             fixes = self.operators.repair([(self._as_child(ind), ind.result.error) for ind in broken], ctx)
             fixed = []
             for ind, fix in zip(broken, fixes):
-                if fix is None or fix.source is None:
-                    continue
-                new = self._make(fix, generation)
-                if new.id in in_population or new.id in seen:
-                    continue
-                seen.add(new.id)
-                produced[new.id] = new.source
-                fixed.append((ind, new))
+                new = self._admit(fix, generation, taken) if fix is not None else None
+                if new is not None:
+                    produced[new.id] = new.source
+                    fixed.append((ind, new))
             if not fixed:
                 break
-            evaluations += self._evaluate(state, [new for _, new in fixed], f"{label} repair")
+            evaluations += self._evaluate(state, [new for _, new in fixed], f"{label} repair", generation)
             for old, new in fixed:
                 offspring[offspring.index(old)] = new
                 repaired += new.valid
 
         valid = [ind for ind in offspring if ind.valid]
-        self._update_memory(state, problem, valid, ctx, generation)
+        self._update_memory(problem, valid, parents, ctx, generation)
+        self._survive(state, valid)
+        counts = {"offspring": len(children), "valid": len(valid), "duplicates": duplicates,
+                  "failed_ops": failed_ops, "repaired": repaired}
+        return self._record_generation(state, problem.name, generation, counts, evaluations, produced, started)
 
-        pool = state.population + valid
+    def _survive(self, state: ProblemState, newcomers: Sequence[KernelRecord]) -> None:
+        """Survivor selection over the population and `newcomers` (all valid): the best
+        `population.elitism` stay, the rest of `population.size` is selected; hall of fame.
+        A generation passes all its valid offspring (mu + lambda); the asynchronous loop one
+        child at a time (mu + 1)."""
+        pool = state.population + list(newcomers)
         size = self.cfg.population.size
         elites = tools.selBest(pool, min(self.cfg.population.elitism, len(pool)))
         rest = [ind for ind in pool if all(ind is not e for e in elites)]
         state.population = elites + select_distinct(self.toolbox.select, rest, size - len(elites))
         state.hall_of_fame.update(pool)
 
+    def _record_generation(self, state: ProblemState, problem: str, generation: int, counts: dict[str, int],
+                           evaluations: list[EvaluationLine], produced: dict[str, str],
+                           started: float) -> GenerationReport:
+        """The logbook entry of a finished generation (`counts`: offspring, valid, duplicates,
+        failed_ops, repaired) and its report."""
         best = state.hall_of_fame[0]
         entry = {
             "gen": generation,
-            "problem": problem.name,
-            "offspring": len(children),
+            "problem": problem,
+            "offspring": counts["offspring"],
             "evals": sum(1 for e in evaluations if not e.reused),
             "reused": sum(1 for e in evaluations if e.reused),
-            "valid": len(valid),
-            "duplicates": duplicates,
-            "failed_ops": failed_ops,
-            "repaired": repaired,
+            "valid": counts["valid"],
+            "duplicates": counts["duplicates"],
+            "failed_ops": counts["failed_ops"],
+            "repaired": counts["repaired"],
             "best_id": best.id,
             "best_speedup": float(best.result.speedup),
             "best_latency_ms": best.result.latency_ms,
@@ -291,15 +314,23 @@ class Engine:
             "seconds": round(time.perf_counter() - started, 3),
         }
         state.logbook.record(**entry)
-        return GenerationReport(generation, problem.name, entry, evaluations, produced)
+        return GenerationReport(generation, problem, entry, evaluations, produced)
 
     @staticmethod
     def _as_child(ind: KernelRecord) -> Child:
         return Child(ind.source, ind.operator, ind.parent_ids, note=ind.note)
 
-    def _update_memory(self, state: ProblemState, problem: Problem, valid: list[KernelRecord], ctx: Context,
-                       generation: int) -> None:
-        by_id = {ind.id: ind for ind in state.population}
+    def _update_memory(self, problem: Problem, valid: list[KernelRecord], by_id: dict[str, KernelRecord],
+                       ctx: Context, generation: int) -> None:
+        """Improving and regressing (parent, child) pairs of `valid` children (parents looked
+        up in `by_id`) go to the summarizer and, with their rationales, into the memory."""
+        lessons = self._lessons(problem, valid, by_id)
+        if lessons:
+            self._remember(lessons, self.operators.summarize([view for _, view in lessons], ctx), generation)
+
+    def _lessons(self, problem: Problem, valid: list[KernelRecord],
+                 by_id: dict[str, KernelRecord]) -> list[tuple[Candidate, tuple[Parent, Parent, float]]]:
+        """The pairs the memory admits, each with what the summarizer is shown of it."""
         candidates, pairs = [], {}
         for child in valid:
             parents = [by_id[p] for p in child.parent_ids if p in by_id and by_id[p].valid]
@@ -310,13 +341,13 @@ class Engine:
             cand = Candidate(problem.name, parent.id, child.id, ratio, child.operator)
             candidates.append(cand)
             pairs[(parent.id, child.id)] = (parent, child)
-        chosen = self.memory.select(candidates)
-        if not chosen:
-            return
-        views = [(parent_view(pairs[(c.parent_id, c.child_id)][0]), parent_view(pairs[(c.parent_id, c.child_id)][1]),
-                  c.speedup) for c in chosen]
-        rationales = self.operators.summarize(views, ctx)
-        for cand, (pv, cv, _), text in zip(chosen, views, rationales):
+        return [(c, (parent_view(pairs[(c.parent_id, c.child_id)][0]), parent_view(pairs[(c.parent_id, c.child_id)][1]),
+                     c.speedup)) for c in self.memory.select(candidates)]
+
+    def _remember(self, lessons: list[tuple[Candidate, tuple[Parent, Parent, float]]], rationales: list[str],
+                  generation: int) -> None:
+        """The lessons with a rationale into the memory."""
+        for (cand, (pv, cv, _)), text in zip(lessons, rationales):
             if text:
                 self.memory.add(cand, text, kernel_diff(pv.source, cv.source), generation)
 

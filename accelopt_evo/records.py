@@ -125,7 +125,7 @@ class KernelMeta:
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "parent_ids": list(self.parent_ids), "operator": self.operator,
                 "generation": self.generation, "note": self.note,
-                "result": self.result.to_dict() if self.result else None}
+                "result": self.result.to_dict(placement=False) if self.result else None}
 
     @classmethod
     def from_json(cls, data: Any) -> "KernelMeta":
@@ -219,7 +219,7 @@ class ProblemInfo:
 
     def to_json(self) -> dict[str, Any]:
         return {"spec": self.spec, "baseline_id": self.baseline_id,
-                "known": {k: r.to_dict() for k, r in self.known.items()}}
+                "known": {k: r.to_dict(placement=False) for k, r in self.known.items()}}
 
     @classmethod
     def from_json(cls, data: Any) -> "ProblemInfo":

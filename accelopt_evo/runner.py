@@ -22,6 +22,7 @@ from operators.base import Operators
 from operators.tuning import TuningOperators
 
 from . import config as config_mod
+from .compat import serialize_ast_parse
 from .config import Config
 from .engine import BaselineError, Engine, GenerationReport
 from .errors import UserError
@@ -31,6 +32,7 @@ from .records import (LEGACY_SCHEMA, SETTINGS_SINCE_SCHEMA_2, Checkpoint, Heldou
                       append_evaluation, figure_label, read_checkpoint, read_evaluations, read_heldout,
                       rewrite_evaluations, write_checkpoint, write_heldout, write_memory_file)
 from .runfolder import RunFolder
+from .steady import AsyncEvolution
 
 
 # --------------------------------------------------------------------------------------------
@@ -211,10 +213,17 @@ class Run:
         stop = self.operators.stop_reason()
         with tqdm(total=gens, initial=min(self.engine.generation, gens), desc="generations", unit="gen",
                   disable=not self.progress, dynamic_ncols=True) as bar:
-            while self.engine.generation < gens and stop is None:
-                self.persist(self.engine.step())
+
+            def generation_done(reports: list[GenerationReport]) -> str | None:
+                self.persist(reports)
                 bar.update(1)
-                stop = self.operators.stop_reason()
+                return self.operators.stop_reason()
+
+            if self.cfg.run.mode == "async" and self.engine.generation < gens and stop is None:
+                evolution = AsyncEvolution(self.engine, self.cfg.run.max_in_flight, bar=bar if self.progress else None)
+                stop = evolution.run(gens, generation_done)
+            while self.engine.generation < gens and stop is None:
+                stop = generation_done(self.engine.step())
         if stop:
             self.log(f"run stopped after generation {self.engine.generation}: {stop}")
         return self.outcome(stop)
@@ -233,14 +242,14 @@ def open_evaluator(cfg: Config, folder: RunFolder | None) -> Any:
     """The evaluation service of a run (a context manager) with the held-out seeds its folder
     records, or new ones for a one-off evaluation; tests may pass another factory."""
     from fitness.backends import BackendError
-    from fitness.service import Evaluator
+    from fitness.executor import ExecutorError, open_evaluator as open_executor
     from fitness.simulator.perf.calibration import CalibrationError
 
     recorded = read_heldout(folder.heldout) if folder else None
     settings = config_mod.evaluation_settings(cfg, (recorded or new_heldout(cfg)).seeds)
-    try:
-        return Evaluator(settings, run_dir=folder.root.resolve() if folder else None)
-    except (BackendError, CalibrationError) as exc:
+    try:   # the local pool or Ray (evaluation.executor)
+        return open_executor(settings, run_dir=folder.root.resolve() if folder else None)
+    except (BackendError, CalibrationError, ExecutorError) as exc:
         raise UserError(str(exc)) from None
 
 
@@ -281,6 +290,7 @@ def resume_run(path: str | Path, gens: int | None = None, *, progress: bool = Tr
 def _drive(cfg: Config, folder: RunFolder, problems: list[Problem], operators: Operators, memory: OptimizationMemory,
            checkpoint: Checkpoint | None, gens: int, progress: bool, log: Callable[[str], None],
            evaluator_factory: EvaluatorFactory) -> Outcome:
+    serialize_ast_parse()   # kernels are parsed on several threads (compat.py)
     with evaluator_factory(cfg, folder) as evaluator:
         name, why = evaluator.backend_choice
         target = cfg.evaluation.target

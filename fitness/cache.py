@@ -91,7 +91,7 @@ class EvalCache:
                 break
         if hit is None:
             return None
-        return EvalResult.from_dict({**hit.to_dict(), "cached": True})
+        return EvalResult.from_dict({**hit.to_dict(placement=False), "cached": True})
 
     def put(self, key: str, result: EvalResult) -> None:
         if result.status not in CACHEABLE:
@@ -101,7 +101,7 @@ class EvalCache:
         self._write_all(key, result, only=self.folders)
 
     def _write_all(self, key: str, result: EvalResult, only: Sequence[Path]) -> None:
-        text = json.dumps({"key": key, "result": {**result.to_dict(), "cached": False}}, sort_keys=True)
+        text = json.dumps({"key": key, "result": {**result.to_dict(placement=False), "cached": False}}, sort_keys=True)
         for folder in only:
             path = self._path(folder, key)
             try:

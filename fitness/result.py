@@ -18,7 +18,10 @@ MEMORY_EXCEEDED = "memory_exceeded"
 CRASHED = "crashed"                # the worker died (signal, internal error)
 
 STATUSES = (OK, REJECTED, COMPILE_ERROR, INCORRECT, TIMEOUT, MEMORY_EXCEEDED, CRASHED)
-_OPTIONAL = ("dialect", "sdk_version", "instance_type", "calibration")   # left out of to_dict when unset
+# Where an evaluation ran: evaluations.jsonl records it; cache entries and checkpoints leave it
+# out, so that they do not depend on the executor (local or Ray) or on the machine.
+PLACEMENT = ("worker", "host")
+_OPTIONAL = ("dialect", "sdk_version", "instance_type", "calibration", *PLACEMENT)   # left out of to_dict when unset
 
 
 @dataclass
@@ -41,6 +44,10 @@ class EvalResult:
     instance_type: str = ""
     # Simulator results from a user calibration: the calibration file's label ("" = shipped).
     calibration: str = ""
+    # Where it ran: the worker ("slot 2", "core 3", "ray worker 1a2b3c4d core 3") and its host name
+    # ("" for cached results and verdicts of the engine process alone).
+    worker: str = ""
+    host: str = ""
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -50,13 +57,14 @@ class EvalResult:
     def ok(self) -> bool:
         return self.status == OK
 
-    def to_dict(self) -> dict[str, Any]:
-        """The fields as a dict; an undecided dialect and empty hardware / calibration fields are
-        left out, as in records written before results had them (so that a resumed old run
-        writes the records it wrote)."""
+    def to_dict(self, placement: bool = True) -> dict[str, Any]:
+        """The fields as a dict; an undecided dialect and empty hardware / calibration /
+        placement fields are left out, as in records written before results had them (so that a
+        resumed old run writes the records it wrote). placement=False leaves out where it ran
+        (cache entries, checkpoints)."""
         data = dataclasses.asdict(self)
         for name in _OPTIONAL:
-            if data[name] in (None, ""):
+            if data[name] in (None, "") or (not placement and name in PLACEMENT):
                 del data[name]
         return data
 

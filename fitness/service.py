@@ -15,12 +15,13 @@ import functools
 import os
 import shutil
 import signal
+import socket
 import tempfile
 import threading
 import time
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, ContextManager, Iterator, Sequence
 
 import numpy as np
 
@@ -40,6 +41,7 @@ from .references import ReferenceError, ReferenceStore, SeedData, reference_vers
 from .result import COMPILE_ERROR, CRASHED, INCORRECT, OK, REJECTED, TIMEOUT, EvalResult
 from .roofline import percent_of_peak, roofline
 from .settings import EvalSettings
+from .simulator.dialect import Dialect
 
 
 # What the fork server imports once for every simulator kernel process.
@@ -68,14 +70,12 @@ class Evaluator:
         name, reason = backends.choose(settings.backend, host, settings.target)
         self._backend_choice = (name, reason)
         workers = settings.workers
-        self._cores: CoreLeases | None = None
         self._host: backends.NeuronHost | None = None
         self.target = settings.target
         if name == "trainium":
             self._host = host
             self.target = host.target   # the chip that measures, detected (choose checked it is the run's)
             workers = host.cores        # one evaluation per NeuronCore
-            self._cores = CoreLeases(host.cores)
         # a user calibration of the target (simulator only; hardware figures are measured)
         self._calibration = (calibration_mod.resolve(settings.calibration, settings.target)
                              if name == "simulator" else None)
@@ -89,11 +89,9 @@ class Evaluator:
         # Reference data outlives the evaluator in the cache folder (computing it costs more
         # than judging a kernel at paper shapes); without one it lives as long as the evaluator.
         self._refs = ReferenceStore(reference_root(settings, self.run_dir) or self._tmp / "references")
-        # Simulator kernel processes are forked from a preloaded server; the trainium backend
-        # spawns them (the Neuron runtime must not be inherited through fork).
-        self._forkserver: ForkServer | None = ForkServer(FORK_PRELOAD, self._tmp) if name == "simulator" else None
-        self._pool = EvalPool(workers)
-        self._processes = sandbox.ProcessRegistry()
+        self._launcher = self._open_launcher(workers)
+        self._processes = self._launcher.processes if self._launcher else sandbox.ProcessRegistry()
+        self._pool = EvalPool(self._slots(workers))
         self._version = evaluator_version()
         self._lock = threading.Lock()
         self._baselines: dict[ProblemSpec, Future] = {}
@@ -190,8 +188,8 @@ class Evaluator:
         self._closed = True
         self._processes.kill_all()
         self._pool.close()
-        if self._forkserver is not None:
-            self._forkserver.close()
+        if self._launcher is not None:
+            self._launcher.close()
         shutil.rmtree(self._tmp, ignore_errors=True)
 
     def __enter__(self) -> "Evaluator":
@@ -201,6 +199,16 @@ class Evaluator:
         self.close()
 
     # -- one evaluation ----------------------------------------------------------------------
+    def _open_launcher(self, workers: int) -> "KernelLauncher | None":
+        """What starts this evaluator's kernel processes: one NeuronCore leased per evaluation
+        on the trainium backend, the pool slot's own on the simulator."""
+        cores = CoreLeases(workers) if self.backend == "trainium" else None
+        return KernelLauncher(self.settings, self.backend, self.target, self._worker_options(), self._tmp, cores=cores)
+
+    def _slots(self, workers: int) -> int:
+        """How many evaluations run at a time."""
+        return workers
+
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError("the evaluator is closed")
@@ -245,7 +253,7 @@ class Evaluator:
         except ReferenceError:
             raise   # the problem's reference is broken: no kernel can be judged
         except Exception as exc:  # an evaluator bug must not end the run; say what happened
-            result = EvalResult(CRASHED, f"internal error of the evaluator: {type(exc).__name__}: {exc}")
+            result = internal_error(exc)
         result.kernel_id = kernel_id(source)
         result.problem = spec.label()
         result.backend = self.backend
@@ -260,55 +268,16 @@ class Evaluator:
 
     def _compute(self, spec: ProblemSpec, source: str) -> EvalResult:
         """The static policy decides the source's dialect once; the result records it."""
-        try:
-            verdict = policy.review(source)
-        except SyntaxError as exc:
-            return EvalResult(COMPILE_ERROR, policy.syntax_error_message(exc))
-        refusal = (backends.dialect_refusal(self.backend, verdict.dialect, self._host)
-                   or backends.target_refusal(self.target, verdict.dialect))
-        if verdict.violations:
-            result = EvalResult(REJECTED, f"policy: {verdict.violations[0]}")
-        elif refusal:
-            result = EvalResult(COMPILE_ERROR, refusal)
-        else:
-            result = self._judge_source(spec, source)
-        result.dialect = verdict.dialect
+        dialect, result = review(source, self.backend, self.target, self._host)
+        if result is None:
+            assert self._launcher is not None
+            kid = kernel_id(source)
+            keep = (lambda workdir, names: self._keep_artifacts(workdir, names, kid)) if self.run_dir else None
+            result = judge_cases(spec, source, lambda: self._cases(spec), self.settings, self._launcher,
+                                 running=functools.partial(self._running_as, source), keep=keep)
+        result.dialect = dialect
+        result.host = HOSTNAME
         return result
-
-    def _judge_source(self, spec: ProblemSpec, source: str) -> EvalResult:
-        """Judge an accepted source: reference data, sandboxed kernel process, latency."""
-        problem = load(spec)
-        cases = self._cases(spec)
-        references = [np.load(p, mmap_mode="r") for p in cases[0].data.expected]
-        reference_dtypes = [r.dtype for r in references]
-        downgraded = precision.downgrades(precision.source_dtypes(source), reference_dtypes)
-        if downgraded:
-            return EvalResult(INCORRECT, _precision_message(downgraded[0], reference_dtypes))
-        workdir = Path(tempfile.mkdtemp(prefix=_scratch_prefix(KERNEL_PREFIX), dir=_work_root()))
-        try:
-            judge = _Judge(problem, cases, self.settings.rel_tol or problem.tolerance, workdir)
-            request = {
-                "source": source, "problem": [spec.name, list(spec.params), spec.suite_dir],
-                "backend": self.backend, "target": self.target,
-                "options": self._worker_options(),
-                "cases": [{"label": c.label, "inputs": c.data.request_inputs()} for c in cases],
-                "outputs": [{"shape": list(r.shape), "dtype": r.dtype.str} for r in references],
-            }
-            limits = sandbox.Limits(self.settings.timeout_s, self.settings.memory_limit_mb,
-                                    toolchain=self._cores is not None)
-            if self._cores is not None:
-                with self._cores.lease() as core, self._running_as(source, f"core {core}"):
-                    outcome = sandbox.run("fitness.worker", request, limits, workdir, judge.on_message,
-                                          extra_env=core_env(core, self.target), registry=self._processes)
-            else:
-                with self._running_as(source, threading.current_thread().name.replace("evaluation_", "slot ")):
-                    outcome = self._run_forked(request, limits, workdir, judge)
-            result = judge.result(outcome, reference_dtypes, self.settings.timeout_s)
-            if result.ok and self.run_dir and judge.artifacts:
-                self._keep_artifacts(workdir, judge.artifacts, kernel_id(source))
-            return result
-        finally:
-            shutil.rmtree(workdir, ignore_errors=True)
 
     @contextlib.contextmanager
     def _running_as(self, source: str, worker: str) -> Iterator[None]:
@@ -322,24 +291,13 @@ class Evaluator:
                 self._running.pop(me, None)
 
     def _worker_options(self) -> dict[str, Any]:
+        """What the kernel process needs besides the request: the profiler of a hardware host,
+        a user calibration of the simulator."""
         if self._host is not None:
             return {"profiler": self._host.profiler}
         if self._calibration is not None:
             return {"calibration": {"data": self._calibration.to_dict(), "path": self._calibration.path}}
         return {}
-
-    def _run_forked(self, request: dict[str, Any], limits: sandbox.Limits, workdir: Path,
-                    judge: "_Judge") -> sandbox.Outcome:
-        """Run the kernel process from the fork server; spawn it if the server cannot start."""
-        launcher = self._forkserver
-        outcome = sandbox.run("fitness.worker", request, limits, workdir, judge.on_message,
-                              registry=self._processes, launcher=launcher)
-        if outcome.spawn_error and launcher is not None:
-            self._forkserver = None   # from now on every kernel process is spawned
-            launcher.close()
-            outcome = sandbox.run("fitness.worker", request, limits, workdir, judge.on_message,
-                                  registry=self._processes)
-        return outcome
 
     def _cases(self, spec: ProblemSpec) -> list[Case]:
         s = self.settings
@@ -358,6 +316,7 @@ class Evaluator:
             if (workdir / name).is_file():
                 shutil.copy2(workdir / name, target / Path(name).name)
 
+
     def _finish(self, spec: ProblemSpec, raw: EvalResult, baseline: EvalResult) -> EvalResult:
         """A copy of `raw` with speedup (vs the baseline) and percent of peak filled in."""
         result = dataclasses.replace(raw, profile=dict(raw.profile))
@@ -369,6 +328,130 @@ class Evaluator:
                 peak = roofline(counts.flops_matmul, counts.flops_vector, counts.hbm_bytes, self.target)
                 result.percent_of_peak = percent_of_peak(peak.peak_latency_ms, result.latency_ms)
         return result
+
+
+class KernelLauncher:
+    """Starts the sandboxed kernel process of one evaluation with the evaluation's limits: a
+    fork of a preloaded server on the simulator (spawned when the server cannot start), a
+    spawned interpreter under the Neuron toolchain (the Neuron runtime must not be inherited
+    through fork) pinned to one NeuronCore: a leased one (`cores`), or the one this process was
+    given (`core`, e.g. by Ray). `name` labels the worker (a Ray worker); without it the
+    calling pool thread's slot does."""
+
+    def __init__(self, settings: EvalSettings, backend: str, target: str, options: dict[str, Any], scratch: Path,
+                 *, cores: CoreLeases | None = None, core: int | None = None, name: str = "") -> None:
+        self.settings = settings
+        self.backend = backend
+        self.target = target
+        self.options = options
+        self.name = name
+        self._cores = cores
+        self._core = core
+        self.limits = sandbox.Limits(settings.timeout_s, settings.memory_limit_mb, toolchain=backend == "trainium")
+        self.processes = sandbox.ProcessRegistry()
+        self._forkserver: ForkServer | None = ForkServer(FORK_PRELOAD, scratch) if backend == "simulator" else None
+
+    @contextlib.contextmanager
+    def _placement(self) -> Iterator[tuple[str, dict[str, str] | None]]:
+        """(worker label, extra environment) of one kernel process."""
+        if self._cores is not None:
+            with self._cores.lease() as core:
+                yield self._label(f"core {core}"), core_env(core, self.target)
+        elif self._core is not None:
+            yield self._label(f"core {self._core}"), core_env(self._core, self.target)
+        else:
+            yield self.name or threading.current_thread().name.replace("evaluation_", "slot "), None
+
+    def _label(self, core: str) -> str:
+        return f"{self.name} {core}" if self.name else core
+
+    def run(self, request: dict[str, Any], workdir: Path, on_message: Callable[[dict[str, Any]], bool],
+            running: Callable[[str], ContextManager[Any]] | None = None) -> tuple[sandbox.Outcome, str]:
+        """The kernel process's outcome and the worker label it ran under; `running(worker)`
+        is entered while it runs (in-flight displays)."""
+        with self._placement() as (worker, env), (running(worker) if running else contextlib.nullcontext()):
+            if env is not None:
+                outcome = sandbox.run("fitness.worker", request, self.limits, workdir, on_message,
+                                      extra_env=env, registry=self.processes)
+            else:
+                outcome = self._run_forked(request, workdir, on_message)
+        return outcome, worker
+
+    def _run_forked(self, request: dict[str, Any], workdir: Path,
+                    on_message: Callable[[dict[str, Any]], bool]) -> sandbox.Outcome:
+        """Run the kernel process from the fork server; spawn it if the server cannot start."""
+        launcher = self._forkserver
+        outcome = sandbox.run("fitness.worker", request, self.limits, workdir, on_message,
+                              registry=self.processes, launcher=launcher)
+        if outcome.spawn_error and launcher is not None:
+            self._forkserver = None   # from now on every kernel process is spawned
+            launcher.close()
+            outcome = sandbox.run("fitness.worker", request, self.limits, workdir, on_message,
+                                  registry=self.processes)
+        return outcome
+
+    def close(self) -> None:
+        self.processes.kill_all()
+        if self._forkserver is not None:
+            self._forkserver.close()
+
+
+HOSTNAME = socket.gethostname()
+
+
+def review(source: str, backend: str, target: str,
+           host: backends.NeuronHost | None) -> tuple[Dialect | None, EvalResult | None]:
+    """The static policy's verdict on a source: its dialect, and the result when the source
+    may not run (rejected, or a dialect the backend or target cannot run); None: judge it."""
+    try:
+        verdict = policy.review(source)
+    except SyntaxError as exc:
+        return None, EvalResult(COMPILE_ERROR, policy.syntax_error_message(exc))
+    if verdict.violations:
+        return verdict.dialect, EvalResult(REJECTED, f"policy: {verdict.violations[0]}")
+    refusal = (backends.dialect_refusal(backend, verdict.dialect, host)
+               or backends.target_refusal(target, verdict.dialect))
+    return verdict.dialect, (EvalResult(COMPILE_ERROR, refusal) if refusal else None)
+
+
+def judge_cases(spec: ProblemSpec, source: str, cases: Callable[[], list[Case]], settings: EvalSettings,
+                launcher: KernelLauncher, *, running: Callable[[str], ContextManager[Any]] | None = None,
+                keep: Callable[[Path, list[str]], None] | None = None) -> EvalResult:
+    """Judge a source the policy accepted: the precision of its dtypes against the reference
+    data of every case (`cases()`), then a sandboxed kernel process that runs it on each case
+    while this process judges the outputs case by case, then latency and profile. `keep` gets
+    the artifacts of an ok result (NEFF, trace) before its working folder is removed. The local
+    evaluator and a Ray task judge through this same function."""
+    problem = load(spec)
+    seeds = cases()
+    references = [np.load(p, mmap_mode="r") for p in seeds[0].data.expected]
+    reference_dtypes = [r.dtype for r in references]
+    downgraded = precision.downgrades(precision.source_dtypes(source), reference_dtypes)
+    if downgraded:
+        return EvalResult(INCORRECT, _precision_message(downgraded[0], reference_dtypes))
+    workdir = Path(tempfile.mkdtemp(prefix=_scratch_prefix(KERNEL_PREFIX), dir=_work_root()))
+    try:
+        judge = _Judge(problem, seeds, settings.rel_tol or problem.tolerance, workdir)
+        request = {
+            "source": source, "problem": [spec.name, list(spec.params), spec.suite_dir],
+            "backend": launcher.backend, "target": launcher.target,
+            "options": launcher.options,
+            "cases": [{"label": c.label, "inputs": c.data.request_inputs()} for c in seeds],
+            "outputs": [{"shape": list(r.shape), "dtype": r.dtype.str} for r in references],
+        }
+        outcome, worker = launcher.run(request, workdir, judge.on_message, running)
+        result = judge.result(outcome, reference_dtypes, settings.timeout_s)
+        if result.ok and keep is not None and judge.artifacts:
+            keep(workdir, judge.artifacts)
+        result.worker = worker
+        return result
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def internal_error(exc: Exception) -> EvalResult:
+    """The result of an evaluation the evaluator itself failed (a bug must not end the run)."""
+    return EvalResult(CRASHED, f"internal error of the evaluator: {type(exc).__name__}: {exc}")
 
 
 class _Judge:

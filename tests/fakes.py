@@ -5,11 +5,17 @@ Latency is a function of a kernel's `# tune:` knobs: wider tiles are faster, and
 chunk wider than its load tile is incorrect. With `failures=True` a few other kernels, picked by
 their id, fail to compile, time out or are rejected, so that every outcome shows up in a short
 run.
+`submit` runs an evaluation in a background thread (after `delay_s`), as the evaluation
+service's does for the asynchronous engine; a `Gauge` shared with other fakes records how much
+work was in flight at once.
 """
 
 from __future__ import annotations
 
 import math
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Sequence
 
 from fitness.normalize import kernel_id
@@ -20,18 +26,63 @@ from operators.knobs import find_knobs
 PEAK_MS = 0.4   # the fake roofline peak latency of every problem
 
 
+class Gauge:
+    """Counts work in flight (`with gauge.held(label):`) and remembers the most at once."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.running: dict[int, str] = {}
+        self.peak = 0
+        self.entered = 0
+
+    def held(self, label: str):
+        gauge = self
+
+        class _Held:
+            def __enter__(self):
+                with gauge._lock:
+                    gauge.entered += 1
+                    self.key = gauge.entered
+                    gauge.running[self.key] = label
+                    gauge.peak = max(gauge.peak, len(gauge.running))
+
+            def __exit__(self, *exc):
+                with gauge._lock:
+                    del gauge.running[self.key]
+
+        return _Held()
+
+
 class KnobEvaluator:
-    def __init__(self, backend: str = "fake", failures: bool = False) -> None:
+    def __init__(self, backend: str = "fake", failures: bool = False, delay_s: float = 0.0,
+                 gauge: Gauge | None = None) -> None:
         self.backend = backend
         self.failures = failures
         self.backend_choice = (backend, "a test double of the evaluation service")
         self.evaluated: list[str] = []   # kernel ids, in evaluation order
+        self.delay_s = delay_s
+        self.gauge = gauge or Gauge()
+        self._pool: ThreadPoolExecutor | None = None
 
     def __enter__(self) -> "KnobEvaluator":
         return self
 
     def __exit__(self, *exc) -> None:
-        pass
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+
+    def submit(self, spec, source: str) -> Future:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(16, thread_name_prefix="fake-eval")
+        return self._pool.submit(self._slowly, spec, source)
+
+    def _slowly(self, spec, source: str) -> EvalResult:
+        with self.gauge.held(f"{kernel_id(source)[:8]} on slot {threading.get_ident() % 100}"):
+            time.sleep(self.delay_s)
+            return self.evaluate(spec, source)
+
+    def in_flight(self) -> list[str]:
+        return sorted(self.gauge.running.values())
 
     @staticmethod
     def latency(source: str) -> float | None:

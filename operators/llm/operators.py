@@ -21,6 +21,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -103,6 +104,9 @@ class LLMOperators(Operators):
         self.client = client or ChatClient.from_settings(settings, environ)
         self._occurrences: dict[tuple[str, int], collections.Counter[str]] = {}
         self._pool: ThreadPoolExecutor | None = None
+        # Several threads may call vary/repair at once (the asynchronous engine): deciding what
+        # to send (sample numbers, cache look-ups, reservations) is done by one at a time.
+        self._deciding = threading.Lock()
 
     # Protocol ------------------------------------------------------------------------------
     def children_per_request(self, kind: str, ctx: Context) -> int:
@@ -210,10 +214,11 @@ class LLMOperators(Operators):
 
     def _sample(self, job: _Job) -> str:
         """The sample index of a request: its generation and how many identical requests this
-        problem's generation has issued before it."""
+        problem's generation has issued before it. Counts of the generation before stay, for the
+        asynchronous engine's requests that finish after the next generation began."""
         slot = (job.problem, job.generation)
         if slot not in self._occurrences:
-            for old in [k for k in self._occurrences if k[0] == job.problem and k[1] < job.generation]:
+            for old in [k for k in self._occurrences if k[0] == job.problem and k[1] < job.generation - 1]:
                 del self._occurrences[old]
             self._occurrences[slot] = collections.Counter()
         c = job.call
@@ -232,6 +237,15 @@ class LLMOperators(Operators):
         """Results of `jobs` in order; misses of the cache run concurrently."""
         results: list[_Done | None] = [None] * len(jobs)
         pending: dict[int, Any] = {}
+        with self._deciding:
+            self._decide(jobs, results, pending)
+        for i, future in pending.items():
+            results[i] = future.result()
+        return [r if r is not None else _Done(None, "no result") for r in results]
+
+    def _decide(self, jobs: Sequence[_Job], results: list[_Done | None], pending: dict[int, Any]) -> None:
+        """Sample numbers, cache hits into `results`, and calls that fit the budget started
+        into `pending` (index -> future)."""
         for i, job in enumerate(jobs):
             job = dataclasses.replace(job, call=dataclasses.replace(job.call, sample=self._sample(job)))
             c = job.call
@@ -248,9 +262,6 @@ class LLMOperators(Operators):
                 results[i] = _Done(None, f"not sent: {reason}")
                 continue
             pending[i] = self._executor().submit(self._send, job, key, reservation)
-        for i, future in pending.items():
-            results[i] = future.result()
-        return [r if r is not None else _Done(None, "no result") for r in results]
 
     def _executor(self) -> ThreadPoolExecutor:
         if self._pool is None:

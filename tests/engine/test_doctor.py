@@ -3,6 +3,9 @@ the endpoint check against the local OpenAI-compatible test server."""
 
 from __future__ import annotations
 
+import importlib.util
+from importlib.util import find_spec
+
 import pytest
 
 from accelopt_evo import cli
@@ -83,4 +86,12 @@ def test_every_line_is_labelled(host):
     cfg = resolve("default", None, [], {})
     for line in diagnose(cfg, host, lambda: "").lines:
         assert line[:12].rstrip() in {"python", "packages", "neuron sdk", "devices", "profiler", "backend",
-                                      "llm", "verdict"}, line
+                                      "executor", "llm", "verdict"}, line
+
+
+def test_the_ray_executor_needs_ray(monkeypatch):
+    cfg = resolve("default", None, ["evaluation.executor=ray"], {})
+    assert "executor    ray " in "\n".join(diagnose(cfg, NO_SDK, lambda: "").lines)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else find_spec(name, *a))
+    down = diagnose(cfg, NO_SDK, lambda: "")
+    assert "executor    ray, but Ray is not installed: pip install -e '.[ray]'" in down.lines and not down.can_run

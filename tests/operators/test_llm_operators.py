@@ -97,6 +97,21 @@ def test_concurrency_does_not_change_which_reply_goes_where(make_server, tmp_pat
     assert results[0][0] != results[0][1]
 
 
+def test_vary_from_several_threads_gives_each_request_its_own_sample_numbers(make_server, run_dir):
+    """The asynchronous engine calls vary with one request from several threads at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    server = make_server(delay_s=0.05)
+    p = baseline_parent()
+    with make_ops(server.url, run_dir, max_concurrency=4) as ops, ThreadPoolExecutor(6) as pool:
+        outs = list(pool.map(lambda _: ops.vary([Request(MUTATION, (p,))], context(generation=2)), range(6)))
+    assert all(len(out) == 1 and out[0][0].source for out in outs)
+    # six identical planner requests: six distinct sample numbers, so six independent replies
+    samples = sorted(r.sample for r in read_records(run_dir / "llm_calls.jsonl") if r.role == "planner")
+    assert samples == [f"2/{n}" for n in range(6)]
+    assert server.max_in_flight <= 4
+
+
 def test_a_repeated_generation_is_answered_from_the_cache(llm_server, run_dir):
     reqs = [Request(MUTATION, (baseline_parent(),)), Request(CROSSOVER, (baseline_parent(), OTHER))]
     with make_ops(llm_server.url, run_dir, plans_per_parent=2) as ops:

@@ -249,3 +249,35 @@ def test_tensor_tensor_invariant_only_in_an_outer_loop_is_recomputed():
     prep = prepare(_invariant_product(state_inner=False), HW, DOCUMENTED)
     assert sum(op.kind == tr.TT for op in prep.ops) == 16
     assert sum(op.kind == tr.DMA_LOAD for op in prep.ops) == 8      # the loads are reused
+
+
+def _scan_chunks(chunks: int, dialect: str = "legacy") -> tr.Trace:
+    """mamba v3's scan state: per chunk a scan reads the state, then the chunk's last
+    column is copied into the state for the next chunk (after the last chunk nothing reads
+    it)."""
+    b = TraceBuilder()
+    b.trace.dialect = dialect
+    out = b.hbm((chunks, P, 512), kind="output")
+    x = b.tile((P, 512), line=1)
+    b.compute(tr.MEMSET, (), b.full(x))
+    state = b.tile((P, 1), line=2)
+    b.compute(tr.MEMSET, (), b.full(state))
+    for c in b.loop(chunks, kind="static", line=3):
+        res = b.tile((P, 512), line=4)
+        b.compute(tr.TTS, (b.full(x), b.full(x), b.full(state)), b.full(res), func="multiply,add")
+        b.compute(tr.COPY, (tr.Region(res, ((0, P), (511, 512))),), b.full(state))
+        b.dma(tr.DMA_STORE, b.full(res), tr.Region(out, ((c, c + 1), (0, P), (0, 512))), P)
+    return b.trace
+
+
+def test_copies_nobody_reads_are_dropped():
+    """Step 1b: the last chunk's state copy is dead and dropped (measured: mamba v3 at
+    sequence 512 runs in v2's time); the copies the next chunk reads stay, and so does
+    everything in a current-dialect kernel (the NKI compiler runs it as written)."""
+    for chunks in (1, 4):
+        prep = prepare(_scan_chunks(chunks), HW, DOCUMENTED)
+        assert prep.report.dead_copies == 1
+        assert sum(op.kind == tr.COPY for op in prep.ops) == chunks - 1
+        assert sum(op.kind == tr.TTS for op in prep.ops) == chunks
+    prep = prepare(_scan_chunks(1, "current"), HW, DOCUMENTED)
+    assert prep.report.dead_copies == 0 and sum(op.kind == tr.COPY for op in prep.ops) == 1

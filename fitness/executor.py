@@ -1,0 +1,384 @@
+"""Where evaluations run: the local process pool, or tasks on a Ray cluster.
+
+`open_evaluator(settings)` gives the evaluator of `settings.executor`: the local `Evaluator`
+(fitness.service) or a `RayEvaluator`, which has the same API and shares everything but where
+a kernel is judged. Its driver (this process) looks up and writes the cache, evaluates the
+baseline once per problem, fills in speedup and percent of peak, and computes the reference
+data of each problem once (fitness.references); that data goes into Ray's object store once
+per problem and set of seeds and is unpacked once per node into a node-local folder. Each
+evaluation that is not cached is one Ray task: the static policy, then the same judging code
+as locally (`fitness.service.judge_cases`): the same sandboxed kernel process, limits and
+correctness gate. On the simulator a task takes one CPU; on the trainium backend it also
+reserves one NeuronCore (`resources={"neuron_cores": 1}`), and Ray sets
+NEURON_RT_VISIBLE_CORES to the core it granted, which the kernel process is pinned to.
+
+Tasks rather than one long-lived actor per core: every kernel already runs in a fresh
+sandboxed process started by the task, and only that process opens the NeuronCore, so the
+core is never bound to a Ray worker; an actor per core would add a process per core and
+nothing else.
+
+A task whose worker or node dies is retried once by Ray (a system failure, `max_retries=1`);
+a second death is recorded as `crashed`, and the run goes on. Ray is optional: it is imported
+only here, only when the Ray executor is chosen.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+from nkibench.problem import ProblemSpec
+
+from . import service
+from .cache import evaluator_version
+from .references import SeedData, reference_version, spec_key
+from .result import CRASHED, EvalResult
+from .settings import EvalSettings
+
+INSTALL_HINT = "pip install -e '.[ray]'"
+
+
+class ExecutorError(RuntimeError):
+    """The executor cannot be used (Ray missing, a cluster that cannot be joined): one line
+    that says what to do."""
+
+
+def open_evaluator(settings: EvalSettings, run_dir: Path | None = None) -> service.Evaluator:
+    """The evaluator of `settings.executor` (a context manager)."""
+    if settings.executor == "ray":
+        return RayEvaluator(settings, run_dir)
+    return service.Evaluator(settings, run_dir)
+
+
+def import_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise ExecutorError(f'evaluation.executor = "ray" needs Ray: {INSTALL_HINT}') from None
+    return ray
+
+
+def task_options(backend: str) -> dict[str, Any]:
+    """The Ray options of one evaluation task: a CPU, on the trainium backend also one
+    NeuronCore; retried once when its worker or node dies."""
+    options: dict[str, Any] = {"num_cpus": 1, "max_retries": 1, "retry_exceptions": False}
+    if backend == "trainium":
+        options["resources"] = {"neuron_cores": 1}
+    return options
+
+
+class RayEvaluator(service.Evaluator):
+    """The `Evaluator` whose kernels are judged by Ray tasks (see the module's text)."""
+
+    def __init__(self, settings: EvalSettings, run_dir: Path | None = None) -> None:
+        self._ray = ray = import_ray()
+        self._owns_ray = connect(ray, settings)
+        self._packed: dict[ProblemSpec, tuple[str, list[tuple[str, SeedData]], Any]] = {}
+        self._packing = threading.Lock()
+        self._board: Any = None
+        self._pending: dict[str, Any] = {}     # task id -> object ref, of every task not yet returned
+        try:
+            super().__init__(settings, run_dir)
+            self._task = ray.remote(evaluate_task).options(**task_options(self.backend))
+        except BaseException:
+            if self._owns_ray:
+                ray.shutdown()
+            raise
+
+    # -- what differs from the local evaluator ---------------------------------------------
+    def _open_launcher(self, workers: int) -> None:
+        return None    # kernel processes are started by the tasks, on the cluster's nodes
+
+    def _slots(self, workers: int) -> int:
+        """As many evaluations at a time as the cluster has CPUs (simulator) or NeuronCores."""
+        resource = "neuron_cores" if self.backend == "trainium" else "CPU"
+        return max(1, int(self._ray.cluster_resources().get(resource, 0)) or workers)
+
+    def _job(self, spec: ProblemSpec, source: str) -> dict[str, Any]:
+        """What a task needs to evaluate `source` (the reference files as an object ref in a
+        list, so that Ray hands it over unresolved: a node that has them unpacked never fetches them)."""
+        digest, cases, files = self._references(spec)
+        return {"spec": spec, "source": source, "settings": self.settings, "backend": self.backend,
+                "target": self.target, "host": self._host, "options": self._worker_options(),
+                "references": [digest, cases, [files]], "version": self._version, "artifacts": self.run_dir is not None,
+                "board": self._progress_board(), "label": service.kernel_id(source)[:8]}
+
+    def _compute(self, spec: ProblemSpec, source: str) -> EvalResult:
+        ray = self._ray
+        ref = self._task.remote(self._job(spec, source))
+        key = ref.task_id().hex()    # the task's id, also that of its retry (the progress board's key)
+        with self._lock:
+            self._pending[key] = ref
+        try:
+            data = ray.get(ref)
+        except ray.exceptions.TaskCancelledError:
+            return EvalResult(CRASHED, "the evaluation was cancelled (the evaluator closed)")
+        except ray.exceptions.RayTaskError as exc:
+            return service.internal_error(exc.cause if isinstance(exc.cause, Exception) else exc)
+        except ray.exceptions.RayError as exc:
+            return EvalResult(CRASHED, f"the Ray worker evaluating this kernel died twice (it was retried once): "
+                                       f"{type(exc).__name__}")
+        finally:
+            with self._lock:
+                self._pending.pop(key, None)
+        artifacts = data.pop("artifacts", {})
+        if artifacts and self.run_dir is not None:
+            folder = self.run_dir / "artifacts" / service.kernel_id(source)
+            folder.mkdir(parents=True, exist_ok=True)
+            for name, blob in artifacts.items():
+                (folder / name).write_bytes(blob)
+        return EvalResult.from_dict(data)
+
+    def _references(self, spec: ProblemSpec) -> tuple[str, list[tuple[str, SeedData]], Any]:
+        """(digest, cases, object ref of the files) of the problem's reference data, the files
+        put once into the object store."""
+        with self._packing:
+            if spec not in self._packed:
+                digest, cases, files = pack_references(spec, self._cases(spec))
+                self._packed[spec] = (digest, cases, self._ray.put(files))
+            return self._packed[spec]
+
+    def _progress_board(self) -> Any:
+        with self._lock:
+            if self._board is None:
+                self._board = self._ray.remote(num_cpus=0)(ProgressBoard).remote()
+            return self._board
+
+    def in_flight(self) -> list[str]:
+        """"kernel-id on ray worker ..." of every task whose kernel process runs now."""
+        with self._lock:
+            board, pending = self._board, set(self._pending)
+        if board is None or not pending:
+            return []
+        try:
+            labels = self._ray.get(board.snapshot.remote(), timeout=5)
+        except Exception:  # noqa: BLE001 - a display must never end a run
+            return []
+        return sorted(label for key, label in labels.items() if key in pending)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        ray = self._ray
+        with self._lock:
+            pending = list(self._pending.values())
+        for ref in pending:
+            try:
+                ray.cancel(ref, force=True)
+            except Exception:  # noqa: BLE001 - it may have finished meanwhile
+                pass
+        super().close()
+        if self._board is not None:
+            try:
+                ray.kill(self._board)
+            except Exception:  # noqa: BLE001
+                pass
+        if self._owns_ray:
+            ray.shutdown()
+
+
+def connect(ray: Any, settings: EvalSettings) -> bool:
+    """Start a local Ray instance (ray_address "") or join a cluster ("auto", "ray://host:port");
+    True when this process started the instance (and so shuts it down). A Ray instance this
+    process already runs (e.g. a test's) is used as it is."""
+    if ray.is_initialized():
+        return False
+    address = settings.ray_address
+    try:
+        if address:
+            ray.init(address=address, log_to_driver=False)
+        else:
+            ray.init(**local_instance(settings.workers))
+    except Exception as exc:  # noqa: BLE001 - ray raises several types; one line says why
+        where = f"join the Ray cluster at {address!r}" if address else "start a local Ray instance"
+        text = str(exc).strip().splitlines()
+        raise ExecutorError(f"evaluation.executor = \"ray\": cannot {where}"
+                            f" ({type(exc).__name__}{': ' + text[0][:200] if text else ''})") from None
+    return True
+
+
+def local_instance(cpus: int, **extra: Any) -> dict[str, Any]:
+    """`ray.init` arguments of a single-machine instance: on the loopback address (Ray may
+    advertise the host's own address instead), without the dashboard or Ray's info messages,
+    `cpus` CPUs; its workers import this checkout."""
+    root = str(Path(__file__).resolve().parents[1])
+    path = os.pathsep.join([root, *([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])])
+    return {"address": "local", "num_cpus": cpus, "include_dashboard": False, "_node_ip_address": "127.0.0.1",
+            "log_to_driver": False, "logging_level": logging.WARNING,
+            "runtime_env": {"env_vars": {"PYTHONPATH": path}}, **extra}
+
+
+# -- reference data through the object store -------------------------------------------------
+def pack_references(spec: ProblemSpec,
+                    cases: list[service.Case]) -> tuple[str, list[tuple[str, SeedData]], dict[str, bytes]]:
+    """(digest, cases, files) of the reference data of `cases`: the cases with file names
+    relative to a folder ("seed-folder/name"), and the files' contents by those names."""
+    files: dict[str, bytes] = {}
+    packed_cases = []
+    for case in cases:
+        def rel(path: Any) -> Any:
+            if not isinstance(path, str):
+                return path   # a scalar input travels as its value
+            name = f"{Path(path).parent.name}/{Path(path).name}"
+            files.setdefault(name, Path(path).read_bytes())
+            return name
+        d = case.data
+        packed_cases.append((case.label, SeedData(d.seed, tuple(rel(p) for p in d.inputs),
+                                                  tuple(rel(p) for p in d.expected), d.family)))
+    blob = json.dumps([reference_version(), spec_key(spec), sorted(files)])
+    return hashlib.sha256(blob.encode()).hexdigest()[:24], packed_cases, files
+
+
+_unpacked: dict[str, list[service.Case]] = {}
+_unpack_lock = threading.Lock()
+
+
+def node_cases(digest: str, cases: list[tuple[str, SeedData]], holder: list[Any]) -> list[service.Case]:
+    """The cases of packed reference data with the paths of its files, unpacked once per node
+    into a node-local folder (read-only files; a folder appears complete or not at all); only
+    then are the files fetched from the object store."""
+    with _unpack_lock:
+        if digest in _unpacked:
+            return _unpacked[digest]
+        root = Path(tempfile.gettempdir()) / f"accelopt-evo-ray-references-{os.getuid()}"
+        folder = root / digest
+        if not (folder / ".complete").is_file():
+            import ray
+
+            files = ray.get(holder[0])
+            root.mkdir(parents=True, exist_ok=True)
+            work = Path(tempfile.mkdtemp(dir=root, prefix=".unpack-"))
+            for name, blob in files.items():
+                path = work / name
+                path.parent.mkdir(exist_ok=True)
+                path.write_bytes(blob)
+                path.chmod(0o444)
+            (work / ".complete").write_text("")
+            try:
+                work.rename(folder)
+            except OSError:   # another worker of this node was faster
+                shutil.rmtree(work, ignore_errors=True)
+
+        def local(path: Any) -> Any:
+            return str(folder / path) if isinstance(path, str) else path
+        _unpacked[digest] = [service.Case(label, SeedData(d.seed, tuple(local(p) for p in d.inputs),
+                                                          tuple(local(p) for p in d.expected), d.family))
+                             for label, d in cases]
+        return _unpacked[digest]
+
+
+# -- the task ----------------------------------------------------------------------------------
+_launchers: dict[str, service.KernelLauncher] = {}
+_launchers_lock = threading.Lock()
+
+
+def evaluate_task(job: dict[str, Any]) -> dict[str, Any]:
+    """One evaluation on a Ray worker: the policy, then the same judging as the local
+    evaluator; the raw result (without speedup) as a dict, with the worker and host it ran on,
+    and the artifacts of an ok result."""
+    import ray
+
+    context = ray.get_runtime_context()
+    name = f"ray worker {context.get_worker_id()[:8]}"
+    artifacts: dict[str, bytes] = {}
+    try:
+        if job["version"] != evaluator_version():
+            result = EvalResult(CRASHED, f"the Ray worker on {service.HOSTNAME} runs other evaluation code "
+                                         f"({evaluator_version()}, the driver {job['version']}): "
+                                         "install the same version on every node")
+        else:
+            result = _judge(job, name, artifacts)
+    except Exception as exc:  # as locally: an evaluator bug is a crashed evaluation, not a lost run
+        result = service.internal_error(exc)
+    result.host = service.HOSTNAME
+    result.worker = result.worker or name
+    data = result.to_dict()
+    if artifacts:
+        data["artifacts"] = artifacts
+    return data
+
+
+def _judge(job: dict[str, Any], name: str, artifacts: dict[str, bytes]) -> EvalResult:
+    spec, source = job["spec"], job["source"]
+    dialect, result = service.review(source, job["backend"], job["target"], job["host"])
+    if result is None:
+        launcher = _launcher(job, name)
+        board, label = job["board"], job["label"]
+
+        def running(worker: str) -> Any:
+            board.started.remote(_task_key(), f"{label} on {worker}")
+            return _Forget(board)
+
+        def keep(workdir: Path, names: list[str]) -> None:
+            if job["artifacts"]:
+                artifacts.update({Path(n).name: (workdir / n).read_bytes() for n in names if (workdir / n).is_file()})
+
+        digest, cases, holder = job["references"]
+        result = service.judge_cases(spec, source, lambda: node_cases(digest, cases, holder), job["settings"],
+                                     launcher, running=running, keep=keep)
+    result.dialect = dialect
+    return result
+
+
+def _launcher(job: dict[str, Any], name: str) -> service.KernelLauncher:
+    """This worker process's launcher for the job's backend (its fork server is kept between
+    tasks); on the trainium backend pinned to the NeuronCore Ray granted the task."""
+    core = None
+    if job["backend"] == "trainium":
+        core = int(os.environ.get("NEURON_RT_VISIBLE_CORES", "0").split(",")[0].split("-")[0])
+    settings: EvalSettings = job["settings"]
+    key = json.dumps([job["backend"], job["target"], job["options"], settings.timeout_s,
+                      settings.memory_limit_mb, core, name], sort_keys=True)
+    with _launchers_lock:
+        if key not in _launchers:
+            if not _launchers:
+                service.sweep_orphans()   # scratch folders of killed workers of this node
+            scratch = Path(tempfile.mkdtemp(prefix=service._scratch_prefix("accelopt-evo-")))
+            launcher = service.KernelLauncher(settings, job["backend"], job["target"], job["options"], scratch,
+                                              core=core, name=name)
+            atexit.register(launcher.close)
+            _launchers[key] = launcher
+        return _launchers[key]
+
+
+def _task_key() -> str:
+    import ray
+
+    return ray.get_runtime_context().get_task_id() or ""
+
+
+class _Forget:
+    """Leaves the progress board's entry of this task when its kernel process has ended."""
+
+    def __init__(self, board: Any) -> None:
+        self.board = board
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        self.board.ended.remote(_task_key())
+
+
+class ProgressBoard:
+    """A Ray actor: which task's kernel process runs on which worker now (for in_flight)."""
+
+    def __init__(self) -> None:
+        self.labels: dict[str, str] = {}
+
+    def started(self, task: str, label: str) -> None:
+        self.labels[task] = label
+
+    def ended(self, task: str) -> None:
+        self.labels.pop(task, None)
+
+    def snapshot(self) -> dict[str, str]:
+        return dict(self.labels)
