@@ -8,6 +8,7 @@ from accelopt_evo import config as cfgmod
 from accelopt_evo.runner import resume_run, start_run
 from accelopt_evo.runfolder import RunFolder
 
+from checkpoint_diff import comparable
 from fakes import KnobEvaluator
 
 REQUIRED_KEYS = {"generation", "population", "hall_of_fame", "logbook", "memory", "random_state",
@@ -29,25 +30,6 @@ def factory(evaluators):
         evaluators.append(ev)
         return ev
     return make
-
-
-def comparable(path):
-    """A checkpoint without the fields that legitimately differ between runs (timings)."""
-    data = json.loads(path.read_text())
-    for entries in data["logbook"].values():
-        for e in entries:
-            e.pop("seconds")
-    for key in ("written", "config_hash"):  # run.gens and run.out differ by design
-        data.pop(key)
-    for pop in list(data["population"].values()) + list(data["hall_of_fame"].values()):
-        for m in pop:
-            m["result"].pop("seconds")
-            m["result"].pop("cached")
-    for p in data["problems"].values():
-        for r in p["known"].values():
-            r.pop("seconds")
-            r.pop("cached")
-    return data
 
 
 def test_run_writes_the_run_folder_and_improves(tmp_path):

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 import eval_kernels as kernels
+from checkpoint_diff import comparable, results
 from accelopt_evo import cli
 from accelopt_evo import config as cfgmod
 from accelopt_evo.records import EvaluationLine
@@ -194,22 +195,11 @@ def run_cfg(out: Path, executor_name: str):
 
 
 def checkpoints(folder: Path) -> dict[str, dict]:
-    """The run's checkpoints without the fields that differ between runs (timings, run folder)."""
+    """The run's checkpoints, comparable between runs; where an evaluation ran is never in them."""
     out = {}
     for path in sorted((folder / "checkpoints").glob("gen-*.json")):
-        data = json.loads(path.read_text())
-        for entries in data["logbook"].values():
-            for e in entries:
-                e.pop("seconds")
-        for key in ("written", "config_hash"):   # run.out and evaluation.executor differ by design
-            data.pop(key)
-        results = [m["result"] for pop in [*data["population"].values(), *data["hall_of_fame"].values()] for m in pop]
-        results += [r for p in data["problems"].values() for r in p["known"].values()]
-        for r in results:
-            assert "worker" not in r and "host" not in r
-            r.pop("seconds")
-            r.pop("cached")
-        out[path.name] = data
+        assert all("worker" not in r and "host" not in r for r in results(json.loads(path.read_text())))
+        out[path.name] = comparable(path)
     return out
 
 
