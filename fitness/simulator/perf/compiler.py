@@ -570,24 +570,14 @@ def _sbuf_accesses(prog: Program) -> dict[BlockKey, Accesses]:
     for op in prog.ops:
         if not op.kind:
             continue
-        i = 0
-        for b, _ in op.reads:
-            if mem[b] == SBUF:
-                accs = get(b)
-                if accs is None:
-                    out[b] = [(op, False, i)]
-                else:
-                    accs.append((op, False, i))
-            i += 1
-        i = 0
-        for b, _ in op.writes:
-            if mem[b] == SBUF:
-                accs = get(b)
-                if accs is None:
-                    out[b] = [(op, True, i)]
-                else:
-                    accs.append((op, True, i))
-            i += 1
+        for is_write, accesses in ((False, op.reads), (True, op.writes)):
+            for i, (b, _) in enumerate(accesses):
+                if mem[b] == SBUF:
+                    accs = get(b)
+                    if accs is None:
+                        out[b] = [(op, is_write, i)]
+                    else:
+                        accs.append((op, is_write, i))
     return out
 
 
