@@ -88,3 +88,34 @@ def test_scan_multiply_add_is_the_exact_recurrence(seed):
     init = _special_tile(30 + seed, (128, 1))
     out, _ = apply(lambda x, y, i: nisa.tensor_tensor_scan(x, y, initial=i, op0=nl.multiply, op1=nl.add), a, b, init)
     assert np.array_equal(_bits(out), _bits(_scan_exact(a, b, init[:, 0])))
+
+
+def _all_bf16() -> np.ndarray:
+    import ml_dtypes
+
+    return np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(ml_dtypes.bfloat16).reshape(256, 256)
+
+
+def test_bf16_widening_is_the_cast_for_every_value():
+    """All 65536 bfloat16 bit patterns (NaNs with their payloads, infinities, denormals, -0.0),
+    contiguous and through strided views: the bit shift gives the bits of ml_dtypes' cast."""
+    from fitness.simulator.core import instr as I
+
+    a = _all_bf16()
+    for view in (a, a.T, a[::3, 1::2], a[5]):
+        got = I.widen_bf16(view)
+        assert got.dtype == F32 and got.shape == view.shape and got.flags.owndata and got.flags.c_contiguous
+        assert np.array_equal(_bits(got), _bits(view.astype(F32)))
+
+
+def test_bf16_operands_widen_exactly_in_instructions():
+    """A bfloat16 tile read by an instruction (all bit patterns, NaNs included) is what the cast gives."""
+    import ml_dtypes
+
+    a = _all_bf16()[:128]
+    out, _ = apply(lambda x: nl.copy(x, dtype=np.float32), a)
+    assert out.dtype == F32 and np.array_equal(_bits(out), _bits(a.astype(F32)))
+    out, _ = apply(lambda x: nisa.tensor_scalar(x, op0=np.multiply, operand0=1.0, dtype=ml_dtypes.bfloat16), a)
+    with np.errstate(invalid="ignore"):
+        expected = (a.astype(F32) * F32(1.0)).astype(ml_dtypes.bfloat16).view(np.uint16)
+    assert np.array_equal(np.asarray(out).view(np.uint16), expected)
