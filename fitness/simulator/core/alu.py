@@ -161,10 +161,11 @@ def tensor_tensor_scan(api: str, data0, data1, initial, op0, op1, reverse0: bool
         h = (I.fp32(init).reshape(p) if isinstance(init, NkiTensor) else np.full(p, init, np.float32)).copy()
         out = np.empty_like(x0)
         if n0 == "multiply" and n1 == "add":
-            for i in range(x0.shape[0]):   # h = a_i * h + b_i (operand order is irrelevant here)
-                np.multiply(x0[i], h, out=h)
-                np.add(h, x1[i], out=h)
-                out[i] = h
+            # h = a_i * h + b_i (operand order is irrelevant here), computed in its output row
+            for a_i, b_i, o in zip(x0, x1, out):
+                np.multiply(a_i, h, out=o)
+                np.add(o, b_i, out=o)
+                h = o
         else:
             f0, f1 = ops.ALU[n0], ops.ALU[n1]
             for i in range(x0.shape[0]):

@@ -83,16 +83,24 @@ def copy(api: str, src, mask, dtype, line: int) -> NkiTensor:
 
 # --- TensorE -------------------------------------------------------------------------------------------
 
-_EYE: dict[int, np.ndarray] = {}
+_EYE: dict[int, tuple[np.ndarray, bytes]] = {}
 
 
 def _is_identity(a: np.ndarray) -> bool:
+    """`np.array_equal(a, identity)` for a float32 matrix. Equal bytes imply equal values (the
+    identity holds no NaN), so the byte comparison answers the usual case (TensorE transposes
+    against the identity tile) at memcmp speed; any other bytes (-0.0 for 0.0 is still equal)
+    go to the element-wise comparison."""
     n = a.shape[0]
     if a.ndim != 2 or a.shape[1] != n:
         return False
-    eye = _EYE.get(n)
-    if eye is None:
-        eye = _EYE[n] = np.identity(n, dtype=np.float32)
+    hit = _EYE.get(n)
+    if hit is None:
+        eye = np.identity(n, dtype=np.float32)
+        hit = _EYE[n] = (eye, eye.tobytes())
+    eye, raw = hit
+    if a.dtype == eye.dtype and a.tobytes() == raw:
+        return True
     return bool(np.array_equal(a, eye))
 
 

@@ -125,7 +125,26 @@ def align(where_: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
 
 def fp32(v: NkiTensor) -> np.ndarray:
     a = T.array(v)
-    return a if a.dtype == F32 else a.astype(F32)
+    dt = a.dtype
+    if dt == F32:
+        return a
+    if dt.kind == "V" and T.dtype_name(dt) == "bfloat16":
+        return widen_bf16(a)
+    return a.astype(F32)
+
+
+_U32 = np.dtype(np.uint32)
+_SHIFT = np.uint32(16)
+
+
+def widen_bf16(a: np.ndarray) -> np.ndarray:
+    """`a.astype(float32)` for a bfloat16 array, in half the time: a bfloat16 is the upper half
+    of the float32 of the same value, so widening shifts its bits (identical to ml_dtypes' cast
+    for all 65536 values, NaN payloads included). The result is a fresh C-contiguous array (an
+    instruction result that can become a tile's storage without a copy)."""
+    out = np.empty(a.shape, F32)
+    np.left_shift(a.view(np.uint16), _SHIFT, out=out.view(_U32), dtype=_U32)
+    return out
 
 
 def result_dtype(operands, dtype) -> np.dtype:

@@ -842,7 +842,22 @@ def array(v: NkiTensor) -> np.ndarray:
         return arr[idx]
     isz = b.itemsize
     return np.ndarray(v._shape, dtype=blk.dtype, buffer=blk, offset=v._off * isz,
-                      strides=tuple(s * isz for s in v._st))
+                      strides=byte_strides(v._st, isz))
+
+
+# itemsize -> element strides -> byte strides (views repeat a few stride patterns)
+_BYTE_STRIDES: dict[int, dict[tuple[int, ...], tuple[int, ...]]] = {}
+
+
+def byte_strides(st: tuple[int, ...], isz: int) -> tuple[int, ...]:
+    """Element strides `st` in bytes for items of `isz` bytes (cached)."""
+    cache = _BYTE_STRIDES.get(isz)
+    if cache is None:
+        cache = _BYTE_STRIDES[isz] = {}
+    bs = cache.get(st)
+    if bs is None:
+        bs = cache[st] = tuple(s * isz for s in st)
+    return bs
 
 
 def _contiguous(shape, st) -> bool:
@@ -902,7 +917,7 @@ def write_array(v: NkiTensor) -> np.ndarray:
         blk = b.block(v._key, full_write=covers_block(v))
     isz = b.itemsize
     return np.ndarray(v._shape, dtype=blk.dtype, buffer=blk, offset=v._off * isz,
-                      strides=tuple(s * isz for s in v._st))
+                      strides=byte_strides(v._st, isz))
 
 
 def write(v: NkiTensor, value, where: np.ndarray | None = None) -> None:
