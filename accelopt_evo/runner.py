@@ -3,12 +3,13 @@ every generation and checkpoint, and resumes from the newest checkpoint."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 from tqdm import tqdm
@@ -241,14 +242,32 @@ class Run:
 def open_evaluator(cfg: Config, folder: RunFolder | None) -> Any:
     """The evaluation service of a run (a context manager) with the held-out seeds its folder
     records, or new ones for a one-off evaluation; tests may pass another factory."""
-    from fitness.backends import BackendError
-    from fitness.executor import ExecutorError, open_evaluator as open_executor
-    from fitness.simulator.perf.calibration import CalibrationError
+    from fitness.executor import open_evaluator as open_executor
 
     recorded = read_heldout(folder.heldout) if folder else None
     settings = config_mod.evaluation_settings(cfg, (recorded or new_heldout(cfg)).seeds)
-    try:   # the local pool or Ray (evaluation.executor)
+    with _evaluation_errors():   # the local pool or Ray (evaluation.executor)
         return open_executor(settings, run_dir=folder.root.resolve() if folder else None)
+
+
+def check_evaluation(cfg: Config) -> None:
+    """A UserError now, before a run folder is written, when the run's evaluation cannot
+    start on this host (backend, calibration file, Ray missing)."""
+    from fitness.executor import preflight
+
+    with _evaluation_errors():
+        preflight(config_mod.evaluation_settings(cfg))
+
+
+@contextlib.contextmanager
+def _evaluation_errors() -> Iterator[None]:
+    """What the evaluation service raises about the host, as one-line user errors."""
+    from fitness.backends import BackendError
+    from fitness.executor import ExecutorError
+    from fitness.simulator.perf.calibration import CalibrationError
+
+    try:
+        yield
     except (BackendError, CalibrationError, ExecutorError) as exc:
         raise UserError(str(exc)) from None
 
@@ -262,6 +281,7 @@ def start_run(cfg: Config, run_id: str, *, progress: bool = True, log: Callable[
     problems = load_problems(problem_specs(cfg))
     memory = new_memory(cfg)
     choose_operators(cfg, None)  # fails fast (exit 2) on an unreachable LLM endpoint
+    check_evaluation(cfg)        # and on a backend, calibration or executor this host lacks
     folder = RunFolder.create(cfg.run.out, run_id)
     write_text_atomic(folder.config, config_mod.to_toml(cfg))
     write_heldout(folder.heldout, new_heldout(cfg))

@@ -58,6 +58,14 @@ def open_evaluator(settings: EvalSettings, run_dir: Path | None = None) -> servi
     return service.Evaluator(settings, run_dir)
 
 
+def preflight(settings: EvalSettings) -> None:
+    """Raise what `open_evaluator(settings)` would raise about this host (backend, calibration,
+    Ray missing) without starting anything, so that a run can fail before it writes a folder."""
+    service.check_settings(settings)
+    if settings.executor == "ray":
+        import_ray()
+
+
 def import_ray() -> Any:
     try:
         import ray

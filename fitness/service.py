@@ -58,6 +58,27 @@ class Case:
     data: SeedData
 
 
+def choose_backend(settings: EvalSettings) -> tuple[str, str, backends.NeuronHost]:
+    """(backend, one-line reason, the host's Neuron probe) for `settings`; BackendError when
+    the configured backend cannot run here."""
+    host = backends.probe_neuron() if settings.backend != "simulator" else backends.NeuronHost()
+    name, reason = backends.choose(settings.backend, host, settings.target)
+    return name, reason, host
+
+
+def calibration_of(settings: EvalSettings, backend: str) -> calibration_mod.Calibration | None:
+    """A user calibration of the target (simulator only: hardware figures are measured);
+    CalibrationError when the configured file cannot be used."""
+    return calibration_mod.resolve(settings.calibration, settings.target) if backend == "simulator" else None
+
+
+def check_settings(settings: EvalSettings) -> None:
+    """Raise what opening an evaluator with `settings` would raise about this host (backend,
+    calibration), without starting anything."""
+    name, _, _ = choose_backend(settings)
+    calibration_of(settings, name)
+
+
 class Evaluator:
     """Evaluates kernels for the engine and the `eval` command; a context manager owning the
     worker pool, the fork server, the reference data and the cache (`run_dir/cache/evaluations/`,
@@ -66,8 +87,7 @@ class Evaluator:
 
     def __init__(self, settings: EvalSettings, run_dir: Path | None = None) -> None:
         self.settings = settings
-        host = backends.probe_neuron() if settings.backend != "simulator" else backends.NeuronHost()
-        name, reason = backends.choose(settings.backend, host, settings.target)
+        name, reason, host = choose_backend(settings)
         self._backend_choice = (name, reason)
         workers = settings.workers
         self._host: backends.NeuronHost | None = None
@@ -76,9 +96,7 @@ class Evaluator:
             self._host = host
             self.target = host.target   # the chip that measures, detected (choose checked it is the run's)
             workers = host.cores        # one evaluation per NeuronCore
-        # a user calibration of the target (simulator only; hardware figures are measured)
-        self._calibration = (calibration_mod.resolve(settings.calibration, settings.target)
-                             if name == "simulator" else None)
+        self._calibration = calibration_of(settings, name)
         self.run_dir = Path(run_dir) if run_dir else None
         folders = [self.run_dir / "cache" / "evaluations"] if self.run_dir else []
         if settings.cache_dir:

@@ -48,6 +48,19 @@ def test_eval_on_trainium_without_the_sdk_is_one_line_and_exit_2(monkeypatch, ca
     assert err == "error: evaluation.backend = trainium, but no Neuron SDK importable (neuronxcc or nki)\n"
 
 
+@pytest.mark.parametrize("argv,message", [
+    (["--backend", "trainium"], "evaluation.backend = trainium, but no Neuron SDK importable (neuronxcc or nki)"),
+    (["--set", "evaluation.calibration=missing.json"], "cannot read calibration file 'missing.json'"),
+])
+def test_a_run_that_cannot_evaluate_here_fails_before_writing_its_folder(monkeypatch, capsys, tmp_path, argv, message):
+    monkeypatch.setattr(backends, "probe_neuron", lambda: NO_SDK)
+    code = cli.main(["run", "--gens", "1", "--out", str(tmp_path), "--run-id", "r", "--no-progress",
+                     "--set", "run.shape=small", *argv])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith(f"error: {message}") and err.count("\n") == 1
+    assert not (tmp_path / "r").exists()
+
+
 def test_a_trn2_host_with_the_current_sdk(monkeypatch, capsys):
     monkeypatch.delenv("NEURON_LOGICAL_NC_CONFIG", raising=False)
     code, out = _doctor(monkeypatch, capsys, TRN2, "--target", "trn2")
