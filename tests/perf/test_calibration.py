@@ -15,6 +15,7 @@ from accelopt_evo import cli
 from fitness.service import Evaluator
 from fitness.settings import EvalSettings
 from fitness.simulator.perf import calibrate, calibrated, calibration
+from fitness.simulator.perf.hardware import hardware
 from fitness.simulator.perf.params import DOCUMENTED
 from nkibench.registry import load, make_spec
 
@@ -44,6 +45,18 @@ def fitted(measured, tmp_path_factory) -> Path:
                      "--out", str(out), "--quick", "--trace-cache", str(out.parent / "traces")])
     assert code == 0
     return out
+
+
+def test_latencies_from_forked_workers_are_the_serial_ones(measured):
+    """The procedure schedules the cases in worker processes; its figures must not change."""
+    hw = hardware("trn1")
+    data = calibrate.load([str(measured)], str(NKIBENCH), None, hw, lambda s: None)
+    serial = calibrate.serial_latencies(hw)
+    with calibrate.parallel_latencies(data, hw, 2) as parallel:
+        for params in (DOCUMENTED, DOCUMENTED.replace(max_buffers=2, semaphore_ns=150.0)):
+            for cases in (data, data[1:], data[::-1]):
+                assert parallel(cases, params) == serial(cases, params)
+    assert calibrate._FORKED is None
 
 
 def test_calibrate_writes_a_calibration_file_of_the_fitted_parameters(fitted, measured):
@@ -131,9 +144,9 @@ def test_calibrate_refuses_missing_files_in_one_line(capsys):
 
 @pytest.mark.slow
 def test_refitting_the_trn1_baselines_reproduces_the_shipped_parameters(tmp_path):
-    """The full fit on all 14 baselines (about 10 minutes of CPU with traces cached, more
-    without): each parameter within the last sweep's step (10%) of the shipped value, discrete
-    choices equal. Reads calibrated.py, so a recalibration moves the expectation with it."""
+    """The full fit on all 14 baselines (about 3 minutes on two cores, tracing included):
+    each parameter within the last sweep's step (10%) of the shipped value, discrete choices
+    equal. Reads calibrated.py, so a recalibration moves the expectation with it."""
     measurements = NKIBENCH / "trn1_measurements.json"
     if not measurements.is_file():
         pytest.skip("../shared/nkibench/trn1_measurements.json is absent")

@@ -29,6 +29,9 @@ held-out family is then predicted with parameters fitted on the other families o
 held-out predictions are what `model-check` reports (for the 14 baselines, one case per
 problem, they are leave-one-out).
 
+The cases' latencies are computed by one forked process per core (`--workers N`), each case
+always by the same process; the figures are those of a single process.
+
 `--write` stores the fitted values in `calibrated.py` (with a fingerprint of every case used).
 `python -m accelopt_evo calibrate --target T` runs the same procedure (`run_fit`) on a user's
 measurements of target T and writes a calibration file (calibration.py) instead.
@@ -37,14 +40,18 @@ measurements of target T and writes a calibration file (calibration.py) instead.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import math
+import multiprocessing
+import os
 import statistics
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import numpy as np
 from scipy.optimize import lsq_linear
@@ -155,6 +162,69 @@ def _latency_ms(data: KernelData, params: Params, hw: Hardware) -> tuple[float, 
     return sched.makespan_ns * 1e-6 + params.launch_us * 1e-3, sched
 
 
+# Latencies of training cases for one parameter set, in the order of the cases.
+Latencies = Callable[[list[KernelData], Params], list[float]]
+# What forked latency workers read: inherited at fork, never sent (prepared programs are large).
+_FORKED: tuple[list[KernelData], Hardware] | None = None
+
+
+def serial_latencies(hw: Hardware) -> Latencies:
+    return lambda train, params: [_latency_ms(d, params, hw)[0] for d in train]
+
+
+def _forked_latencies(indices: list[int], params: Params) -> list[float]:
+    assert _FORKED is not None
+    data, hw = _FORKED
+    return [_latency_ms(data[i], params, hw)[0] for i in indices]
+
+
+@contextlib.contextmanager
+def parallel_latencies(data: list[KernelData], hw: Hardware, workers: int) -> Iterator[Latencies]:
+    """Latencies of cases of `data` computed by up to `workers` forked processes, each case
+    always by the same one (its dependency graphs are built there once). The figures are the
+    serial ones: every case is scheduled by the same code on the same inherited program.
+    Coordinate descent tries one parameter set at a time, so the cases are what is split."""
+    global _FORKED
+    n = min(workers, len(data))
+    if n <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        yield serial_latencies(hw)
+        return
+    # Balance the workers by program size (the scheduler's cost is linear in the ops).
+    owner: dict[int, int] = {}
+    load = [0] * n
+    for i in sorted(range(len(data)), key=lambda i: -len(data[i].prepared[max(data[i].prepared)].ops)):
+        w = load.index(min(load))
+        owner[i] = w
+        load[w] += len(data[i].prepared[max(data[i].prepared)].ops)
+    index = {id(d): i for i, d in enumerate(data)}
+    _FORKED = (data, hw)   # set before the workers fork (on their first task)
+    context = multiprocessing.get_context("fork")
+    pools = [ProcessPoolExecutor(1, mp_context=context) for _ in range(n)]
+
+    def latencies(train: list[KernelData], params: Params) -> list[float]:
+        groups: list[list[int]] = [[] for _ in range(n)]
+        for d in train:
+            groups[owner[index[id(d)]]].append(index[id(d)])
+        futures = [(g, pools[w].submit(_forked_latencies, g, params)) for w, g in enumerate(groups) if g]
+        found = {i: ms for g, f in futures for i, ms in zip(g, f.result())}
+        return [found[index[id(d)]] for d in train]
+
+    try:
+        yield latencies
+    finally:
+        for pool in pools:
+            pool.shutdown(cancel_futures=True)
+        _FORKED = None
+
+
+def default_workers() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:   # not on Linux
+        return os.cpu_count() or 1
+
+
 def fit_budget(train: list[KernelData]) -> float:
     counted = [d for d in train if d.byte_error]
     if not counted:   # only latencies measured: nothing pins the budget
@@ -220,8 +290,9 @@ def fit_engines(train: list[KernelData], params: Params, hw: Hardware) -> Params
     return params.replace(**fitted)
 
 
-def objective(train: list[KernelData], params: Params, hw: Hardware) -> float:
-    sq = [math.log(_latency_ms(d, params, hw)[0] / d.latency_ms) ** 2 for d in train]
+def objective(train: list[KernelData], params: Params, hw: Hardware, latencies: Latencies | None = None) -> float:
+    got = (latencies or serial_latencies(hw))(train, params)
+    sq = [math.log(ms / d.latency_ms) ** 2 for ms, d in zip(got, train)]
     err = statistics.fmean(sq) + max(sq)  # the worst case counts too: no kernel is sacrificed
     pull = 0.0
     for name, (lo, hi) in GLUE_RANGES.items():
@@ -232,9 +303,9 @@ def objective(train: list[KernelData], params: Params, hw: Hardware) -> float:
 
 
 def fit_glue(train: list[KernelData], params: Params, hw: Hardware, log=lambda s: None,
-             sweeps: tuple[tuple[float, float], ...] = SWEEPS) -> Params:
+             sweeps: tuple[tuple[float, float], ...] = SWEEPS, latencies: Latencies | None = None) -> Params:
     """Step 3: coordinate descent with shrinking steps over GLUE_RANGES and GLUE_CHOICES."""
-    best = objective(train, params, hw)
+    best = objective(train, params, hw, latencies)
     for sweep, (down, up) in enumerate(sweeps):
         for name, (lo, hi) in GLUE_RANGES.items():
             current = getattr(params, name)
@@ -243,7 +314,7 @@ def fit_glue(train: list[KernelData], params: Params, hw: Hardware, log=lambda s
                 trials.add(lo + (hi - lo) * 0.1 * (down + up) / 2)
             for value in sorted(trials - {current}):
                 candidate = params.replace(**{name: value})
-                score = objective(train, candidate, hw)
+                score = objective(train, candidate, hw, latencies)
                 if score < best - 1e-6:
                     best, params = score, candidate
         for name, choices in GLUE_CHOICES.items():
@@ -251,7 +322,7 @@ def fit_glue(train: list[KernelData], params: Params, hw: Hardware, log=lambda s
                 if value == getattr(params, name):
                     continue
                 candidate = params.replace(**{name: value})
-                score = objective(train, candidate, hw)
+                score = objective(train, candidate, hw, latencies)
                 if score < best - 1e-6:
                     best, params = score, candidate
         log(f"    sweep {sweep + 1}: objective {best:.4f}")
@@ -259,14 +330,15 @@ def fit_glue(train: list[KernelData], params: Params, hw: Hardware, log=lambda s
 
 
 def fit(train: list[KernelData], hw: Hardware, log=lambda s: None,
-        sweeps: tuple[tuple[float, float], ...] = SWEEPS, rounds: int = ROUNDS) -> Params:
+        sweeps: tuple[tuple[float, float], ...] = SWEEPS, rounds: int = ROUNDS,
+        latencies: Latencies | None = None) -> Params:
     params = DOCUMENTED.replace(hoist_budget_fraction=fit_budget(train))
     # Start inside the ranges (a documented value may lie outside what was measured).
     params = params.replace(**{name: min(hi, max(lo, getattr(params, name)))
                                for name, (lo, hi) in GLUE_RANGES.items()})
     for _ in range(rounds):
         params = fit_engines(train, params, hw)
-        params = fit_glue(train, params, hw, log=log, sweeps=sweeps)
+        params = fit_glue(train, params, hw, log=log, sweeps=sweeps, latencies=latencies)
     return params
 
 
@@ -328,8 +400,10 @@ class FitResult:
 
 def run_fit(measurements: list[str], target: str = "trn1", suite_dir: str | None = None,
             trace_cache: str | None = None, loo: bool = True, log=lambda s: None,
-            sweeps: tuple[tuple[float, float], ...] = SWEEPS, rounds: int = ROUNDS) -> FitResult:
-    """The whole procedure of the module doc on the cases of `measurements`, for `target`."""
+            sweeps: tuple[tuple[float, float], ...] = SWEEPS, rounds: int = ROUNDS,
+            workers: int | None = None) -> FitResult:
+    """The whole procedure of the module doc on the cases of `measurements`, for `target`;
+    the cases' latencies are computed by `workers` processes (default: every core)."""
     hw = hardware(target)
     collecting = gc.isenabled()
     gc.disable()  # millions of long-lived objects, no cycles: collections only cost time
@@ -338,18 +412,20 @@ def run_fit(measurements: list[str], target: str = "trn1", suite_dir: str | None
         data = load(measurements, suite_dir, trace_cache, hw, log)
         if not data:
             raise ValueError("the measurement files hold no case")
-        log("fit on all cases")
-        full = fit(data, hw, log, sweeps, rounds)
-        log(f"  {fitted_values(full)}")
         folds: dict[str, Params] = {}
         preds: dict[str, float] = {}
         families = list(dict.fromkeys(d.case.problem for d in data))
-        for family in (families if loo and len(families) > 1 else []):
-            log(f"fold without {family}")
-            folds[family] = p = fit([d for d in data if d.case.problem != family], hw, log, sweeps, rounds)
-            for d in data:
-                if d.case.problem == family:
-                    preds[d.case.name] = _latency_ms(d, p, hw)[0]
+        with parallel_latencies(data, hw, workers or default_workers()) as latencies:
+            log("fit on all cases")
+            full = fit(data, hw, log, sweeps, rounds, latencies)
+            log(f"  {fitted_values(full)}")
+            for family in (families if loo and len(families) > 1 else []):
+                log(f"fold without {family}")
+                folds[family] = p = fit([d for d in data if d.case.problem != family], hw, log, sweeps, rounds,
+                                        latencies)
+                for d in data:
+                    if d.case.problem == family:
+                        preds[d.case.name] = _latency_ms(d, p, hw)[0]
         if not folds:
             preds = {d.case.name: _latency_ms(d, full, hw)[0] for d in data}
     finally:
@@ -375,12 +451,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trace-cache", default=None, help="folder to keep emulator traces in")
     ap.add_argument("--write", action="store_true", help="update calibrated.py")
     ap.add_argument("--no-loo", action="store_true", help="fit on all cases only")
+    ap.add_argument("--workers", type=int, default=None,
+                    help="processes that schedule the cases (default: every core)")
     args = ap.parse_args(argv)
+    if args.workers is not None and args.workers < 1:
+        ap.error("--workers must be at least 1")
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
-    result = run_fit(args.measurements, "trn1", args.suite_dir, args.trace_cache, not args.no_loo, log)
+    result = run_fit(args.measurements, "trn1", args.suite_dir, args.trace_cache, not args.no_loo, log,
+                     workers=args.workers)
     if args.write:
         target = Path(__file__).with_name("calibrated.py")
         trained = {d.case.name: check.case_fingerprint(d.case) for d in result.data}
