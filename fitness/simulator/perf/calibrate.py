@@ -190,12 +190,13 @@ def parallel_latencies(data: list[KernelData], hw: Hardware, workers: int) -> It
         yield serial_latencies(hw)
         return
     # Balance the workers by program size (the scheduler's cost is linear in the ops).
+    size = [max(len(p.ops) for p in d.prepared.values()) for d in data]
     owner: dict[int, int] = {}
     load = [0] * n
-    for i in sorted(range(len(data)), key=lambda i: -len(data[i].prepared[max(data[i].prepared)].ops)):
+    for i in sorted(range(len(data)), key=lambda i: -size[i]):
         w = load.index(min(load))
         owner[i] = w
-        load[w] += len(data[i].prepared[max(data[i].prepared)].ops)
+        load[w] += size[i]
     index = {id(d): i for i, d in enumerate(data)}
     _FORKED = (data, hw)   # set before the workers fork (on their first task)
     context = multiprocessing.get_context("fork")
