@@ -42,12 +42,10 @@ def _measured_baselines(suite_dir: str) -> dict[str, float]:
 def simulate_baseline(problem: Problem, target: str = "trn1") -> float:
     """Latency (ms) the performance model estimates for the problem's baseline kernel,
     from a shape-only run of the emulator."""
-    import numpy as np
-    from fitness.simulator import ShapeDtype, run_kernel
+    from fitness.simulator import placeholders, run_kernel
     from fitness.simulator.perf import estimate
 
-    args = [ShapeDtype(a.shape, a.dtype) if isinstance(a, np.ndarray) else a
-            for a in problem.to_kernel_inputs(problem.make_inputs(0))]
+    args = placeholders(problem.to_kernel_inputs(problem.make_inputs(0)))
     run = run_kernel(problem.baseline_source, args, filename=str(problem.baseline_path), shape_only=True)
     return float(estimate(run.trace, target).latency_ms)
 

@@ -23,7 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from fitness.simulator import ShapeDtype, run_kernel  # noqa: E402
+from fitness.simulator import placeholders, run_kernel  # noqa: E402
 from fitness.simulator.perf import estimate  # noqa: E402
 from nkibench.registry import baseline_path, load, make_spec  # noqa: E402
 from operators.knobs import find_knobs, set_knobs  # noqa: E402
@@ -35,8 +35,7 @@ def grid(problem: str, shape: str, target: str, dialect: str) -> list[dict]:
     """One row per knob setting: its values, the estimate (or the error), and tracing time."""
     source = baseline_path(problem, dialect).read_text()
     p = load(make_spec(problem, shape))
-    args = [ShapeDtype(a.shape, str(a.dtype)) if hasattr(a, "shape") else a
-            for a in p.to_kernel_inputs(p.make_inputs(0))]
+    args = placeholders(p.to_kernel_inputs(p.make_inputs(0)))
     knobs = find_knobs(source)
     settings = list(itertools.product(*[k.choices for k in knobs.values()]))
     if len(settings) > MAX_SETTINGS:

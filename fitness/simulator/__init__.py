@@ -20,6 +20,7 @@ Public API of the emulator:
   install(dialect=None)           one dialect's modules, or both
   run_kernel(source, args, ...)   compile and run a kernel; returns KernelRun(outputs, trace)
   ShapeDtype(shape, dtype)        placeholder argument for shape-only (trace without arithmetic) runs
+  placeholders(args)              the ShapeDtype of every array argument (others unchanged)
   simulate(fn, args, ...)         the same for a kernel function object (what nki.jit calls)
   errors.NkiError                 base of the errors raised for kernels that break an NKI rule
 The instruction trace contract is `fitness.simulator.trace`; the performance model that
@@ -30,7 +31,7 @@ from . import errors
 from .errors import NkiError
 from .current.shim import install_nki
 from .legacy.shim import install_neuronxcc
-from .runner import KernelRun, ShapeDtype, install, load_kernel, run_kernel, simulate
+from .runner import KernelRun, ShapeDtype, install, load_kernel, placeholders, run_kernel, simulate
 
 __all__ = ["KernelRun", "NkiError", "ShapeDtype", "errors", "install", "install_neuronxcc", "install_nki",
-           "load_kernel", "run_kernel", "simulate"]
+           "load_kernel", "placeholders", "run_kernel", "simulate"]

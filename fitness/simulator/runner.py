@@ -18,12 +18,12 @@ from typing import Any
 
 from . import dialect as D
 from .core import launch
-from .core.launch import KernelRun, ShapeDtype
+from .core.launch import KernelRun, ShapeDtype, placeholders
 from .core.runtime import FrontEnd
 from .current import shim as current_shim
 from .legacy import shim as legacy_shim
 
-__all__ = ["KernelRun", "ShapeDtype", "frontend", "install", "load_kernel", "run_kernel", "simulate"]
+__all__ = ["KernelRun", "ShapeDtype", "frontend", "install", "load_kernel", "placeholders", "run_kernel", "simulate"]
 
 FRONTENDS: dict[str, FrontEnd] = {"legacy": legacy_shim.FRONTEND, "current": current_shim.FRONTEND}
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from fitness.entry import select
-from fitness.simulator import ShapeDtype, run_kernel
+from fitness.simulator import placeholders, run_kernel
 from fitness.simulator.perf import estimate, hardware
 from fitness.simulator.perf.model import prepare
 from fitness.simulator.perf.params import for_target
@@ -31,9 +31,6 @@ pytestmark = [pytest.mark.slow,
                                  reason="../shared/nki-examples or ../shared/trn1-variants absent")]
 
 
-def _args(args):
-    return [ShapeDtype(a.shape, str(a.dtype)) if hasattr(a, "shape") else a for a in args]
-
 
 @functools.lru_cache(maxsize=None)
 def _trace(path: str, function: str, problem: str):
@@ -48,7 +45,7 @@ def _trace(path: str, function: str, problem: str):
         args = inputs                                           # the legacy baseline takes lhs, rhs
     else:
         args = p.to_kernel_inputs(inputs)
-    return run_kernel(select(source, function), _args(args), kernel_name=function, shape_only=True).trace
+    return run_kernel(select(source, function), placeholders(args), kernel_name=function, shape_only=True).trace
 
 
 def _ms(trace, target: str = "trn2") -> float:

@@ -9,7 +9,7 @@ import pickle
 import numpy as np
 import pytest
 
-from fitness.simulator import ShapeDtype, run_kernel
+from fitness.simulator import placeholders, run_kernel
 from fitness.simulator import trace as tr
 from fitness.simulator.perf import TARGETS, estimate, hardware
 from fitness.simulator.perf.deps import build
@@ -85,7 +85,7 @@ def test_every_kind_the_current_front_end_records_has_a_cost(name):
     each of their instructions has a cost on every target."""
     problem = load(make_spec(name, "tiny" if "tiny" in shape_names(name) else "paper"))
     args = problem.to_kernel_inputs(problem.make_inputs(0))
-    shapes = [ShapeDtype(a.shape, str(a.dtype)) if hasattr(a, "shape") else a for a in args]
+    shapes = placeholders(args)
     trace = run_kernel(problem.baseline_source, shapes, shape_only=True).trace
     assert trace.dialect == "current" and trace.instrs
     assert {ins.kind for ins in trace.instrs} <= set(tr.KINDS)

@@ -41,6 +41,12 @@ class ShapeDtype:
         object.__setattr__(self, "dtype", np.dtype(self.dtype))
 
 
+def placeholders(args) -> list:
+    """Kernel arguments for a shape-only run: every array-like becomes its ShapeDtype,
+    other values (scalars, settings) stay as they are."""
+    return [ShapeDtype(a.shape, a.dtype) if hasattr(a, "shape") and hasattr(a, "dtype") else a for a in args]
+
+
 @dataclass
 class KernelRun:
     """The result of one kernel execution."""

@@ -150,7 +150,7 @@ def kernel_args(case: Case) -> list[Any]:
     """The kernel's arguments as shape placeholders (arrays) or plain values (scalars)."""
     import numpy as np
 
-    from .. import ShapeDtype
+    from .. import placeholders
 
     ref = _import_file(case.reference)
     for name, value in (case.shape or {}).items():
@@ -165,7 +165,7 @@ def kernel_args(case: Case) -> list[Any]:
         np.random.set_state(saved)
     if hasattr(ref, "transform_to_nki_inputs"):
         inputs = ref.transform_to_nki_inputs(list(inputs))
-    return [ShapeDtype(tuple(a.shape), str(a.dtype)) if hasattr(a, "shape") else a for a in inputs]
+    return placeholders(inputs)
 
 
 def trace_case(case: Case, cache_dir: str | Path | None = None) -> tr.Trace:
