@@ -203,12 +203,13 @@ def parallel_latencies(data: list[KernelData], hw: Hardware, workers: int) -> It
     pools = [ProcessPoolExecutor(1, mp_context=context) for _ in range(n)]
 
     def latencies(train: list[KernelData], params: Params) -> list[float]:
+        wanted = [index[id(d)] for d in train]
         groups: list[list[int]] = [[] for _ in range(n)]
-        for d in train:
-            groups[owner[index[id(d)]]].append(index[id(d)])
+        for i in wanted:
+            groups[owner[i]].append(i)
         futures = [(g, pools[w].submit(_forked_latencies, g, params)) for w, g in enumerate(groups) if g]
         found = {i: ms for g, f in futures for i, ms in zip(g, f.result())}
-        return [found[index[id(d)]] for d in train]
+        return [found[i] for i in wanted]
 
     try:
         yield latencies
