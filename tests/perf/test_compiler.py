@@ -13,10 +13,16 @@ from .builder import P, TraceBuilder
 HW = hardware("trn1")
 
 
-def _reused_weights(rows: int, tiles: int, cols: int = 512) -> tr.Trace:
+def _reused_weights(rows: int, tiles: int, cols: int = 512, resident_kib: int = 0) -> tr.Trace:
     """For each of `rows` row blocks, load the same `tiles` weight tiles (128 x cols fp32)
-    again and multiply them into a row tile: the loads are invariant in the row loop."""
+    again and multiply them into a row tile: the loads are invariant in the row loop. With
+    `resident_kib`, a tile of that size per partition stays live across the whole program."""
     b = TraceBuilder()
+    if resident_kib:
+        keep_hbm = b.hbm((P, resident_kib * 256), name="keep")
+        keep_out = b.hbm((P, resident_kib * 256), kind="output")
+        keep = b.tile((P, resident_kib * 256), line=9)
+        b.dma(tr.DMA_LOAD, b.full(keep_hbm), b.full(keep), P)
     w = b.hbm((tiles, P, cols), name="w")
     x = b.hbm((rows, P, cols), name="x")
     out = b.hbm((rows, tiles, P, cols), kind="output")
@@ -29,6 +35,8 @@ def _reused_weights(rows: int, tiles: int, cols: int = 512) -> tr.Trace:
             y = b.tile((P, cols), line=5)
             b.compute(tr.TT, (b.full(xt), b.full(wt)), b.full(y), func="multiply")
             b.dma(tr.DMA_STORE, b.full(y), tr.Region(out, ((r, r + 1), (k, k + 1), (0, P), (0, cols))), P)
+    if resident_kib:
+        b.dma(tr.DMA_STORE, b.full(keep), b.full(keep_out), P)
     return b.trace
 
 
@@ -281,3 +289,13 @@ def test_copies_nobody_reads_are_dropped():
         assert sum(op.kind == tr.TTS for op in prep.ops) == chunks
     prep = prepare(_scan_chunks(1, "current"), HW, DOCUMENTED)
     assert prep.report.dead_copies == 0 and sum(op.kind == tr.COPY for op in prep.ops) == 1
+
+
+def test_hoisted_copies_share_sbuf_with_the_programs_own_tiles():
+    """Reused copies take only what the program's peak leaves of the budget share: next to
+    a 160 KiB resident tile, 32 KiB of weights are loaded again in every row (before, the
+    copies were checked against the budget alone and kept)."""
+    roomy = prepare(_reused_weights(rows=4, tiles=16), HW, DOCUMENTED)
+    assert roomy.report.removed_duplicates == 3 * 16
+    tight = prepare(_reused_weights(rows=4, tiles=16, resident_kib=160), HW, DOCUMENTED)
+    assert tight.report.removed_duplicates == 0

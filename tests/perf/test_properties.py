@@ -232,3 +232,43 @@ def test_dependent_instructions_wait_for_a_drain_on_scalar_engine_only():
         chain = [i for i, op in enumerate(prep.ops) if op.kind == kind]
         gaps = [s.start[j] - s.end[i] for i, j in zip(chain, chain[1:])]
         assert gaps == pytest.approx([drain_ns] * len(gaps)), kind
+
+
+def _loop_next_to_resident_tile(resident_kib: int, n: int = 4, cols: int = 4096) -> tr.Trace:
+    """`n` iterations of load x, exp(x) on ScalarE, x * exp(x) on VectorE, store (three
+    16 KiB tiles per iteration), next to a tile of `resident_kib` per partition that stays
+    live across the loop."""
+    b = TraceBuilder()
+    keep_hbm = b.hbm((P, resident_kib * 256), name="keep")
+    keep_out = b.hbm((P, resident_kib * 256), kind="output")
+    keep = b.tile((P, resident_kib * 256), line=1)
+    b.dma(tr.DMA_LOAD, b.full(keep_hbm), b.full(keep), P)
+    x_hbm, out = b.hbm((n, P, cols), name="x"), b.hbm((n, P, cols), kind="output")
+    for i in b.loop(n, line=2):
+        x, e, y = (b.tile((P, cols), line=line) for line in (3, 4, 5))
+        b.dma(tr.DMA_LOAD, tr.Region(x_hbm, ((i, i + 1), (0, P), (0, cols))), b.full(x), P)
+        b.compute(tr.ACT, (b.full(x),), b.full(e), func="exp")
+        b.compute(tr.TT, (b.full(x), b.full(e)), b.full(y), func="multiply")
+        b.dma(tr.DMA_STORE, b.full(y), tr.Region(out, ((i, i + 1), (0, P), (0, cols))), P)
+    b.dma(tr.DMA_STORE, b.full(keep), b.full(keep_out), P)
+    return b.trace
+
+
+def test_iterations_overlap_only_as_far_as_sbuf_has_room():
+    """A tile can be allocated before earlier, dead ones are freed only within the room
+    the program's live tiles leave (freed space reused oldest first). Next to 8 KiB, the
+    next iteration's load runs ahead of this one's VectorE work; next to 120 KiB (168 of
+    the 176 KiB live in every iteration, 8 KiB left, less than a tile) it waits until this
+    iteration's tiles die. Measured: mamba v2's cliff on trn1 past 6144 (perf README)."""
+    from fitness.simulator.perf.schedule import schedule
+
+    hw, params = hardware("trn1"), for_target("trn1")
+    waits = {}
+    for resident in (8, 120):
+        prep = prepare(_loop_next_to_resident_tile(resident), hw, params)
+        s = schedule(prep.prog, prep.preds, hw, params)
+        loads = [i for i, op in enumerate(prep.ops) if op.kind == tr.DMA_LOAD and op.loop_path]
+        tts = [i for i, op in enumerate(prep.ops) if op.kind == tr.TT]
+        waits[resident] = [s.start[nxt] >= s.end[tt] for tt, nxt in zip(tts, loads[1:])]
+    assert not any(waits[8])
+    assert all(waits[120])

@@ -4,7 +4,10 @@ Data edges come from overlapping regions of one block (read after write, write a
 write after write). Resource edges model the compiler's physical buffers: instances of an
 allocation site rotate through `n_buf` SBUF slots, PSUM blocks through the 8 banks, so a new
 instance waits until the instance that last used its slot has been read for the last time
-(trainium-perf-model.md §7.4 steps 4-5). Every edge points backwards in program order.
+(trainium-perf-model.md §7.4 steps 4-5). Address edges model SBUF as one space: a tile is
+allocated before earlier, dead tiles are freed only within the room the live ones leave
+(`_capacity_edges`; measured: mamba v2's cliff on trn1 past 6144, the NKIBench mamba
+baseline at 7168). Every edge points backwards in program order.
 
 Legacy kernels: neuronx-cc gives an allocation site in a sequential (or Python `range`) loop
 `sequential_buffers` copies (fitted). Current kernels: the NKI compiler rotates the addresses
@@ -16,6 +19,8 @@ the rotation is not documented).
 
 from __future__ import annotations
 
+import numpy as np
+
 from .. import trace as tr
 from . import boxes
 from .hardware import Hardware
@@ -26,9 +31,49 @@ from .params import Params
 def build(prog: Program, hw: Hardware, params: Params) -> list[list[int]]:
     """preds[i] = indices of the ops op i waits for (all smaller than i)."""
     preds, onchip, first, last = _data_edges(prog)
-    for i, extra in _slot_edges(prog, onchip, first, last, hw, params).items():
-        preds[i] = sorted(set(preds[i]).union(extra))
+    slots = _slot_edges(prog, onchip, first, last, hw, params)
+    for edges in (slots, _capacity_edges(prog, onchip, first, last, hw)):
+        for i, extra in edges.items():
+            preds[i] = sorted(set(preds[i]).union(extra))
     return preds
+
+
+def _capacity_edges(prog: Program, onchip: list[BlockKey], first: list[int], last: list[int],
+                    hw: Hardware) -> dict[int, list[int]]:
+    """SBUF addresses: a tile can only be allocated once enough earlier tiles are dead.
+
+    In program order the live tiles fit (the overflow pass sees to it where it can; where
+    it cannot, nothing is left over); what is left over, the headroom, is all the room
+    there is for the next tiles to be allocated before the previous ones are freed. Freed space is reused in the order it was freed (oldest first,
+    which lets iterations overlap as far as the room allows), so the first access of a new
+    tile waits for the last access of the tile whose release brings the space still held
+    by tiles dead in program order within the headroom."""
+    mem = prog.block_memory
+    blocks = [b for b in onchip if mem[b] == tr.SBUF]
+    if not blocks:
+        return {}
+    firsts = np.array([first[b] for b in blocks], dtype=np.int64)
+    lasts = np.array([last[b] for b in blocks], dtype=np.int64)
+    sizes = np.array([prog.block_bytes(b) for b in blocks], dtype=np.float64)
+    n = len(prog.ops)
+    delta = np.zeros(n + 1)
+    np.add.at(delta, firsts, sizes)
+    np.add.at(delta, lasts + 1, -sizes)
+    footprint = np.cumsum(delta)[:n]
+    order = np.argsort(lasts, kind="stable")
+    free_at, freed = lasts[order], np.cumsum(sizes[order])
+    allocs = np.unique(firsts)
+    k = np.searchsorted(free_at, allocs, side="left")      # frees before each allocation
+    has = k > 0
+    allocs, k = allocs[has], k[has]
+    headroom = np.maximum(hw.sbuf_usable_bytes_per_partition - footprint[allocs], 0.0)
+    held = freed[k - 1]
+    m = np.minimum(np.searchsorted(freed, held - headroom, side="left"), k - 1)
+    need = held - headroom > 0
+    extra: dict[int, list[int]] = {}
+    for i, j in zip(allocs[need].tolist(), free_at[m[need]].tolist()):
+        extra.setdefault(i, []).append(j)
+    return extra
 
 
 def _skip(prog: Program) -> list[bool]:
