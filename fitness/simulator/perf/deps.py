@@ -31,10 +31,11 @@ from .params import Params
 def build(prog: Program, hw: Hardware, params: Params) -> list[list[int]]:
     """preds[i] = indices of the ops op i waits for (all smaller than i)."""
     preds, onchip, first, last = _data_edges(prog)
-    slots = _slot_edges(prog, onchip, first, last, hw, params)
-    for edges in (slots, _capacity_edges(prog, onchip, first, last, hw)):
-        for i, extra in edges.items():
-            preds[i] = sorted(set(preds[i]).union(extra))
+    extra = _slot_edges(prog, onchip, first, last, hw, params)
+    for i, js in _capacity_edges(prog, onchip, first, last, hw).items():
+        extra.setdefault(i, []).extend(js)
+    for i, js in extra.items():
+        preds[i] = sorted(set(preds[i]).union(js))
     return preds
 
 
