@@ -45,10 +45,11 @@ def _capacity_edges(prog: Program, onchip: list[BlockKey], first: list[int], las
 
     In program order the live tiles fit (the overflow pass sees to it where it can; where
     it cannot, nothing is left over); what is left over, the headroom, is all the room
-    there is for the next tiles to be allocated before the previous ones are freed. Freed space is reused in the order it was freed (oldest first,
-    which lets iterations overlap as far as the room allows), so the first access of a new
-    tile waits for the last access of the tile whose release brings the space still held
-    by tiles dead in program order within the headroom."""
+    there is for the next tiles to be allocated before the previous ones are freed. Freed
+    space is reused in the order it was freed (oldest first, which lets iterations overlap
+    as far as the room allows), so the first access of a new tile waits for the last
+    access of the tile whose release brings the space still held by tiles dead in program
+    order within the headroom."""
     mem = prog.block_memory
     blocks = [b for b in onchip if mem[b] == tr.SBUF]
     if not blocks:
@@ -68,6 +69,8 @@ def _capacity_edges(prog: Program, onchip: list[BlockKey], first: list[int], las
     has = k > 0
     allocs, k = allocs[has], k[has]
     headroom = np.maximum(hw.sbuf_usable_bytes_per_partition - footprint[allocs], 0.0)
+    # All but the last `headroom` bytes freed before the allocation must really be free:
+    # it waits for the free event at which the running total reaches the rest.
     held = freed[k - 1]
     m = np.minimum(np.searchsorted(freed, held - headroom, side="left"), k - 1)
     need = held - headroom > 0
