@@ -31,7 +31,6 @@ pytestmark = [pytest.mark.slow,
                                  reason="../shared/nki-examples or ../shared/trn1-variants absent")]
 
 
-
 @functools.lru_cache(maxsize=None)
 def _trace(path: str, function: str, problem: str):
     """Shape-only trace of `function` of a file, on the inputs of `problem` at its paper shape."""
