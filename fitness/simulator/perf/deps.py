@@ -29,13 +29,14 @@ from .params import Params
 
 
 def build(prog: Program, hw: Hardware, params: Params) -> list[list[int]]:
-    """preds[i] = indices of the ops op i waits for (all smaller than i)."""
+    """preds[i] = indices of the ops op i waits for (all smaller than i; unordered, may repeat)."""
     preds, onchip, first, last = _data_edges(prog)
     extra = _slot_edges(prog, onchip, first, last, hw, params)
-    for i, js in _capacity_edges(prog, onchip, first, last, hw).items():
-        extra.setdefault(i, []).extend(js)
-    for i, js in extra.items():
-        preds[i] = sorted(set(preds[i]).union(js))
+    # The scheduler waits for the latest of an op's predecessors: their order and
+    # repetitions do not matter, so the extra edges are appended as they are.
+    for edges in (extra, _capacity_edges(prog, onchip, first, last, hw)):
+        for i, js in edges.items():
+            preds[i] += js
     return preds
 
 
