@@ -118,6 +118,38 @@ def test_spill_moves_only_what_does_not_fit():
             assert saves & set(prep.preds[i])
 
 
+def _accumulators(outer: int) -> tr.Trace:
+    """Mamba v2's shape in small: every outer iteration keeps a 64 KiB accumulator across an
+    inner loop whose three 40 KiB temporaries peak while it is idle (184 KiB > 176 usable)."""
+    acc_w, tmp_w = 16384, 10240
+    b = TraceBuilder()
+    x = b.hbm((outer, 2, P, tmp_w), name="x")
+    out = b.hbm((outer, P, acc_w), kind="output")
+    for i in b.loop(outer, line=1):
+        acc = b.tile((P, acc_w), line=2)
+        b.compute(tr.MEMSET, (), b.full(acc))
+        for s in b.loop(2, line=3):
+            t1, t2, t3 = (b.tile((P, tmp_w), line=line) for line in (4, 5, 6))
+            b.dma(tr.DMA_LOAD, tr.Region(x, ((i, i + 1), (s, s + 1), (0, P), (0, tmp_w))), b.full(t1), P)
+            b.compute(tr.ACT, (b.full(t1),), b.full(t2), func="exp")
+            b.compute(tr.TT, (b.full(t1), b.full(t2)), b.full(t3), func="multiply")
+            part = tr.Region(acc, ((0, P), (0, tmp_w)))
+            b.compute(tr.TT, (part, b.full(t3)), part, func="add")
+        b.dma(tr.DMA_STORE, b.full(acc), tr.Region(out, ((i, i + 1), (0, P), (0, acc_w))), P)
+    return b.trace
+
+
+def test_overflow_is_resolved_in_every_iteration_of_a_long_loop():
+    """Each outer iteration peaks once, so resolving them takes one step each: with 40
+    iterations the pass must not stop after 32 (before, it did, leaving the program over
+    capacity and hence without any room to overlap iterations)."""
+    prep = prepare(_accumulators(40), HW, DOCUMENTED)
+    assert prep.report.sbuf_peak_as_written > HW.sbuf_usable_bytes_per_partition
+    assert prep.report.sbuf_peak <= HW.sbuf_usable_bytes_per_partition
+    saves = sum(op.kind == tr.DMA_SPILL_SAVE for op in prep.ops)
+    assert saves >= 40                        # the accumulator of every outer iteration
+
+
 def _scaled_pairs(op: str, *, store_scaled: bool = False, vector_scale: bool = False) -> tr.Trace:
     """Per tile, `y = x <op> (c * x)` (the c * x a tensor_scalar with a constant, or with a
     per-partition vector when `vector_scale`), optionally also storing c * x."""

@@ -96,9 +96,11 @@ def test_variants_rank_like_hardware(variants_result):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 16, not met: v2 -> v3 at 8192 is predicted 2.21x "
-                   "against 1.88x measured (+17.9%; v2 spills there and is predicted 17% slow)")
+@pytest.mark.xfail(strict=True, reason="issue 16, not met: v2 -> v3 at 5120 is predicted 1.16x "
+                   "against 1.37x measured (-15.01%; v2 at 1024-5120 is predicted 8-17% fast)")
 def test_variants_speedups_and_max_error(variants_result):
+    """Issue 16, held out as above: v2 -> v3 within 15% of its measured speedup at every
+    sequence length (512-8192), and no variant's latency off by more than 35%."""
     assert variants_result["summary"]["max_abs_rel_error"] <= 0.35
     for p in _variant_pairs(variants_result, "mamba_v2", "mamba_v3"):
         assert abs(p["speedup_error"]) <= 0.15, p

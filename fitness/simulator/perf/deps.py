@@ -44,9 +44,12 @@ def _capacity_edges(prog: Program, onchip: list[BlockKey], first: list[int], las
                     hw: Hardware) -> dict[int, list[int]]:
     """SBUF addresses: a tile can only be allocated once enough earlier tiles are dead.
 
-    In program order the live tiles fit (the overflow pass sees to it where it can; where
-    it cannot, nothing is left over); what is left over, the headroom, is all the room
-    there is for the next tiles to be allocated before the previous ones are freed. Freed
+    In program order the live tiles fit (the overflow pass sees to it); what is left over,
+    the headroom, is all the room there is for the next tiles to be allocated before the
+    previous ones are freed. Where the pass cannot bring the program under usable SBUF, the
+    model does not know how neuronx-cc fitted it, only that it did: the headroom is then
+    measured against the program's own peak (measured: lora, whose pass ends at 188 KiB:
+    perf README, "Validation"). Freed
     space is reused in the order it was freed (oldest first, which lets iterations overlap
     as far as the room allows), so the first access of a new tile waits for the last
     access of the tile whose release brings the space still held by tiles dead in program
@@ -69,7 +72,8 @@ def _capacity_edges(prog: Program, onchip: list[BlockKey], first: list[int], las
     k = np.searchsorted(free_at, allocs, side="left")      # frees before each allocation
     has = k > 0
     allocs, k = allocs[has], k[has]
-    headroom = np.maximum(hw.sbuf_usable_bytes_per_partition - footprint[allocs], 0.0)
+    capacity = max(hw.sbuf_usable_bytes_per_partition, float(footprint.max()))
+    headroom = capacity - footprint[allocs]
     # All but the last `headroom` bytes freed before the allocation must really be free:
     # it waits for the free event at which the running total reaches the rest.
     held = freed[k - 1]
