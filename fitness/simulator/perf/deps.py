@@ -49,11 +49,12 @@ def _capacity_edges(prog: Program, onchip: list[BlockKey], first: list[int], las
     previous ones are freed. Where the pass cannot bring the program under usable SBUF, the
     model does not know how neuronx-cc fitted it, only that it did: the headroom is then
     measured against the program's own peak (measured: lora, whose pass ends at 188 KiB:
-    perf README, "Validation"). Freed
-    space is reused in the order it was freed (oldest first, which lets iterations overlap
-    as far as the room allows), so the first access of a new tile waits for the last
-    access of the tile whose release brings the space still held by tiles dead in program
-    order within the headroom."""
+    perf README, "Validation").
+
+    Freed space is reused in the order it was freed (oldest first, which lets iterations
+    overlap as far as the room allows), so the first access of a new tile waits for the
+    last access of the tile whose release brings the space still held by tiles dead in
+    program order within the headroom."""
     mem = prog.block_memory
     blocks = [b for b in onchip if mem[b] == tr.SBUF]
     if not blocks:
