@@ -246,7 +246,7 @@ def _hoist(prog: Program, hw: Hardware, params: Params, report: CompilerReport) 
     # Reused copies share SBUF with the program's own tiles: they may take what its peak
     # leaves of the budget share, no more (so that hoisting does not eat the room that
     # successive iterations overlap in, deps._capacity_edges).
-    written = _Liveness(prog, _sbuf_accesses(prog)).peak()[0]
+    written = _Liveness(prog, _sbuf_ranges(prog)).peak()[0]
     budgets = {tr.SBUF: max(params.hoist_budget_fraction * hw.sbuf_usable_bytes_per_partition - written, 0.0),
                tr.PSUM: params.hoist_budget_fraction * hw.psum_bytes_per_partition}
     disabled: set = set()
@@ -514,17 +514,18 @@ class _Liveness:
     """Live intervals (first .. last access position) of SBUF blocks, kept in NumPy arrays
     (with room to grow) so that the peak can be recomputed cheaply after every change."""
 
-    def __init__(self, prog: Program, sbuf_accesses: dict[BlockKey, Accesses]):
-        """`sbuf_accesses` as _sbuf_accesses gathers them from prog.ops in position order."""
+    def __init__(self, prog: Program, ranges: dict[BlockKey, list[int]]):
+        """`ranges`: [first, last] access position of every SBUF block, blocks in the order
+        of their first access (_sbuf_ranges)."""
         self.prog = prog
-        self.keys = list(sbuf_accesses)
+        self.keys = list(ranges)
         self.index = {b: j for j, b in enumerate(self.keys)}
         n = len(self.keys)
         self.starts = np.zeros(2 * n + 16, dtype=np.int64)
         self.ends = np.zeros(2 * n + 16, dtype=np.int64)
         self.sizes = np.zeros(2 * n + 16, dtype=np.float64)
-        self.starts[:n] = [accs[0][0].pos for accs in sbuf_accesses.values()]
-        self.ends[:n] = [accs[-1][0].pos for accs in sbuf_accesses.values()]
+        self.starts[:n] = [first for first, _ in ranges.values()]
+        self.ends[:n] = [last for _, last in ranges.values()]
         self.sizes[:n] = [prog.block_bytes(b) for b in self.keys]
 
     def set(self, bk: BlockKey, accs: Accesses) -> None:
@@ -594,6 +595,28 @@ def _sbuf_accesses(prog: Program) -> dict[BlockKey, Accesses]:
     return out
 
 
+def _sbuf_ranges(prog: Program) -> dict[BlockKey, list[int]]:
+    """[first, last] access position of every SBUF block, blocks in the order of their
+    first access: the liveness alone, cheaper than gathering the accesses (hoisting needs
+    only the as-written peak)."""
+    mem, SBUF = prog.block_memory, tr.SBUF
+    out: dict[BlockKey, list[int]] = {}
+    get = out.get
+    for op in prog.ops:
+        if not op.kind:
+            continue
+        pos = op.pos
+        for accesses in (op.reads, op.writes):
+            for b, _ in accesses:
+                if mem[b] == SBUF:
+                    r = get(b)
+                    if r is None:
+                        out[b] = [pos, pos]
+                    else:
+                        r[1] = pos
+    return out
+
+
 def _accesses_of(prog: Program, sbuf_accesses: dict[BlockKey, Accesses],
                  tids: set[int]) -> dict[BlockKey, Accesses]:
     """The accesses of the blocks of tensors `tids`, each block's in position order (as
@@ -605,7 +628,7 @@ def _accesses_of(prog: Program, sbuf_accesses: dict[BlockKey, Accesses],
 def _resolve_overflow(prog: Program, hw: Hardware, report: CompilerReport) -> None:
     # prog.ops is still in program (= position) order here.
     sbuf_accesses = _sbuf_accesses(prog)
-    live = _Liveness(prog, sbuf_accesses)
+    live = _Liveness(prog, {b: [accs[0][0].pos, accs[-1][0].pos] for b, accs in sbuf_accesses.items()})
     capacity = hw.sbuf_usable_bytes_per_partition
     site_block_bytes: dict[object, int] = {}
     for m in prog.tensors.values():
