@@ -62,6 +62,20 @@ class TraceBuilder:
         yield
         self.path = saved
 
+    @contextlib.contextmanager
+    def resident(self, kib: int, line: int):
+        """A (P, kib KiB) fp32 tile loaded before the body and stored after it, so that it
+        stays live across everything the body emits; nothing when `kib` is 0."""
+        if not kib:
+            yield
+            return
+        cols = kib * 256
+        src, out = self.hbm((P, cols), name="keep"), self.hbm((P, cols), kind="output")
+        keep = self.tile((P, cols), line=line)
+        self.dma(tr.DMA_LOAD, self.full(src), self.full(keep), P)
+        yield
+        self.dma(tr.DMA_STORE, self.full(keep), self.full(out), P)
+
     # --- instructions ---------------------------------------------------------------------
 
     def emit(self, kind: str, op: str, engines, reads, writes, *, partitions: int, free: int,

@@ -18,25 +18,20 @@ def _reused_weights(rows: int, tiles: int, cols: int = 512, resident_kib: int = 
     again and multiply them into a row tile: the loads are invariant in the row loop. With
     `resident_kib`, a tile of that size per partition stays live across the whole program."""
     b = TraceBuilder()
-    if resident_kib:
-        keep_hbm = b.hbm((P, resident_kib * 256), name="keep")
-        keep_out = b.hbm((P, resident_kib * 256), kind="output")
-        keep = b.tile((P, resident_kib * 256), line=9)
-        b.dma(tr.DMA_LOAD, b.full(keep_hbm), b.full(keep), P)
-    w = b.hbm((tiles, P, cols), name="w")
-    x = b.hbm((rows, P, cols), name="x")
-    out = b.hbm((rows, tiles, P, cols), kind="output")
-    for r in b.loop(rows, line=1):
-        xt = b.tile((P, cols), line=2)
-        b.dma(tr.DMA_LOAD, tr.Region(x, ((r, r + 1), (0, P), (0, cols))), b.full(xt), P)
-        for k in b.loop(tiles, line=3):
-            wt = b.tile((P, cols), line=4)
-            b.dma(tr.DMA_LOAD, tr.Region(w, ((k, k + 1), (0, P), (0, cols))), b.full(wt), P)
-            y = b.tile((P, cols), line=5)
-            b.compute(tr.TT, (b.full(xt), b.full(wt)), b.full(y), func="multiply")
-            b.dma(tr.DMA_STORE, b.full(y), tr.Region(out, ((r, r + 1), (k, k + 1), (0, P), (0, cols))), P)
-    if resident_kib:
-        b.dma(tr.DMA_STORE, b.full(keep), b.full(keep_out), P)
+    with b.resident(resident_kib, line=9):
+        w = b.hbm((tiles, P, cols), name="w")
+        x = b.hbm((rows, P, cols), name="x")
+        out = b.hbm((rows, tiles, P, cols), kind="output")
+        for r in b.loop(rows, line=1):
+            xt = b.tile((P, cols), line=2)
+            b.dma(tr.DMA_LOAD, tr.Region(x, ((r, r + 1), (0, P), (0, cols))), b.full(xt), P)
+            for k in b.loop(tiles, line=3):
+                wt = b.tile((P, cols), line=4)
+                b.dma(tr.DMA_LOAD, tr.Region(w, ((k, k + 1), (0, P), (0, cols))), b.full(wt), P)
+                y = b.tile((P, cols), line=5)
+                b.compute(tr.TT, (b.full(xt), b.full(wt)), b.full(y), func="multiply")
+                b.dma(tr.DMA_STORE, b.full(y),
+                      tr.Region(out, ((r, r + 1), (k, k + 1), (0, P), (0, cols))), P)
     return b.trace
 
 

@@ -239,18 +239,14 @@ def _loop_next_to_resident_tile(resident_kib: int, n: int = 4, cols: int = 4096)
     16 KiB tiles per iteration), next to a tile of `resident_kib` per partition that stays
     live across the loop."""
     b = TraceBuilder()
-    keep_hbm = b.hbm((P, resident_kib * 256), name="keep")
-    keep_out = b.hbm((P, resident_kib * 256), kind="output")
-    keep = b.tile((P, resident_kib * 256), line=1)
-    b.dma(tr.DMA_LOAD, b.full(keep_hbm), b.full(keep), P)
-    x_hbm, out = b.hbm((n, P, cols), name="x"), b.hbm((n, P, cols), kind="output")
-    for i in b.loop(n, line=2):
-        x, e, y = (b.tile((P, cols), line=line) for line in (3, 4, 5))
-        b.dma(tr.DMA_LOAD, tr.Region(x_hbm, ((i, i + 1), (0, P), (0, cols))), b.full(x), P)
-        b.compute(tr.ACT, (b.full(x),), b.full(e), func="exp")
-        b.compute(tr.TT, (b.full(x), b.full(e)), b.full(y), func="multiply")
-        b.dma(tr.DMA_STORE, b.full(y), tr.Region(out, ((i, i + 1), (0, P), (0, cols))), P)
-    b.dma(tr.DMA_STORE, b.full(keep), b.full(keep_out), P)
+    with b.resident(resident_kib, line=1):
+        x_hbm, out = b.hbm((n, P, cols), name="x"), b.hbm((n, P, cols), kind="output")
+        for i in b.loop(n, line=2):
+            x, e, y = (b.tile((P, cols), line=line) for line in (3, 4, 5))
+            b.dma(tr.DMA_LOAD, tr.Region(x_hbm, ((i, i + 1), (0, P), (0, cols))), b.full(x), P)
+            b.compute(tr.ACT, (b.full(x),), b.full(e), func="exp")
+            b.compute(tr.TT, (b.full(x), b.full(e)), b.full(y), func="multiply")
+            b.dma(tr.DMA_STORE, b.full(y), tr.Region(out, ((i, i + 1), (0, P), (0, cols))), P)
     return b.trace
 
 
