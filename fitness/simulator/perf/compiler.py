@@ -21,13 +21,20 @@ Heuristic, calibrated on the measured byte and flop counters (trainium-perf-mode
 1. CSE / loop-invariant hoisting of loads, broadcast matmuls, user transposes, plain
    copies and tensor_tensor instructions whose inputs are unmodified and identical to an
    earlier instruction's: later readers use the earlier result. Applied per allocation
-   site ("group") only while the copies kept alive longer fit what the as-written
-   program's peak leaves of a share of SBUF (and of PSUM): they share the space with the
-   program's own tiles, and eating the room successive iterations overlap in would stall
-   them (deps.py's address edges). Against the share alone, the hoisting that mamba v1
-   (4096 x 512) and the NKIBench mamba baseline were given needed a spill afterwards, and
-   the predicted HBM bytes were further from the measured ones (median |log error| over
-   the baselines 0.006 vs 0.003, mean 0.14 vs 0.10). tensor_tensor is included because
+   site ("group") only while what the reuse adds to the footprint fits what the
+   as-written program's peak leaves of a share of SBUF (and of PSUM): the copies share
+   the space with the program's own tiles, and eating the room successive iterations
+   overlap in would stall them (deps.py's address edges). What it adds is the copies kept
+   alive longer less what the removed duplicates no longer keep alive: their own results
+   and the inputs they were the last to read. Measured: mamba v2 at 8192, over capacity
+   as written, spends trn1's VectorE time of four vector instructions per state (31.4 ms
+   active; 31.1 in the model) with `delta * u` hoisted, whose one product per channel tile
+   takes the place of `u`, dead after it; charged without that, the product was computed
+   again in every state (38.3 ms) from 6144 on. Against the share alone, not what the
+   peak leaves of it, the hoisting that mamba v1 (4096 x 512) and the NKIBench mamba
+   baseline were given needed a spill afterwards, and the predicted HBM bytes were further
+   from the measured ones (median |log error| over the baselines 0.006 vs 0.003, mean 0.14
+   vs 0.10). tensor_tensor is included because
    neuronx-cc hoists mamba v2's and v3's `delta * u` out of the state loop: without that,
    v2 at sequence 512 and v3 would need five vector instructions per element and state in
    ~6.8 cycles, below what the four that remain cost.
@@ -66,8 +73,8 @@ from .params import Params
 
 # Remat or spill steps at most (bounds the pass). A step resolves one peak, and a tile
 # allocated in a loop body peaks once per iteration: mamba v2 at sequence 8192 spills its
-# accumulator in each of its 32 channel tiles before it rematerialises delta, and lora takes
-# 220 steps. A bound of 32 stopped the former over capacity.
+# accumulator in each of its 32 channel tiles (32 steps), and lora takes 220. A bound of
+# 32 stopped lora over capacity.
 MAX_OVERFLOW_STEPS = 512
 CSE_ROUNDS = 4
 # Spilling a site that holds less than this per partition at the peak cannot help: the
@@ -251,10 +258,10 @@ def _hoist(prog: Program, hw: Hardware, params: Params, report: CompilerReport) 
                tr.PSUM: params.hoist_budget_fraction * hw.psum_bytes_per_partition}
     disabled: set = set()
     ops, reads = list(prog.ops), [op.reads for op in prog.ops]
-    cands, untracked = _candidates(prog), _untracked(prog)
+    cands, untracked, ranges = _candidates(prog), _untracked(prog), _ranges(prog)
     removed, used = 0, set()
     for _ in range(CSE_ROUNDS):
-        extension, removed, used, feeds = _cse(prog, disabled, cands, untracked)
+        extension, removed, used, feeds = _cse(prog, disabled, cands, untracked, ranges)
         if not _over_budget(extension, feeds, budgets, disabled):
             break
         # Some reuse does not fit: undo, and redo without the offending groups (unless
@@ -266,7 +273,7 @@ def _hoist(prog: Program, hw: Hardware, params: Params, report: CompilerReport) 
             removed, used = 0, set()
             break
     else:
-        extension, removed, used, _ = _cse(prog, disabled | set(extension), cands, untracked)
+        extension, removed, used, _ = _cse(prog, disabled | set(extension), cands, untracked, ranges)
     report.rejected_sites = len(disabled)
     report.removed_duplicates, report.hoisted_sites = removed, len(used)
 
@@ -333,11 +340,23 @@ def _untracked(prog: Program) -> list[bool]:
             for m, t in zip(prog.block_memory, prog.block_tensor)]
 
 
-def _cse(prog: Program, disabled: set, cands: list, untracked: list[bool]):
-    """One CSE pass over the as-written prog.ops (`cands` and `untracked` from
-    _candidates and _untracked), rewriting prog.ops. Returns (extension, ops removed,
+def _ranges(prog: Program) -> list[tuple[int, int]]:
+    """Per block: (first, last) index in prog.ops of its accesses ((-1, -1): none)."""
+    out = [(-1, -1)] * len(prog.block_memory)
+    for seq, op in enumerate(prog.ops):
+        for accesses in (op.reads, op.writes):
+            for bk, _ in accesses:
+                first = out[bk][0]
+                out[bk] = (seq if first < 0 else first, seq)
+    return out
+
+
+def _cse(prog: Program, disabled: set, cands: list, untracked: list[bool],
+         written: list[tuple[int, int]]):
+    """One CSE pass over the as-written prog.ops (`cands`, `untracked` and `written` from
+    _candidates, _untracked and _ranges), rewriting prog.ops. Returns (extension, ops removed,
     groups used, feeds): extension[group][memory] is the peak bytes/partition that reusing
-    the group's earlier results keeps alive beyond their own last use; feeds[group] are the
+    the group's earlier results adds (_extensions); feeds[group] are the
     groups whose reused results the group's duplicates read."""
     writes_of: dict[BlockKey, boxes.BoxMap] = {}   # box -> sequence number of its last write
     latest: dict[BlockKey, int] = {}
@@ -347,6 +366,7 @@ def _cse(prog: Program, disabled: set, cands: list, untracked: list[bool]):
     direct_last: dict[BlockKey, int] = {}
     alias_last: dict[tuple[BlockKey, object], int] = {}
     feeds: dict[object, set] = {}
+    freed_by: dict[BlockKey, object] = {}   # block -> group of the last duplicate touching it
     kept: list[Op] = []
     removed, used_groups = 0, set()
     overlaps, covers = boxes.overlaps, boxes.covers
@@ -437,6 +457,10 @@ def _cse(prog: Program, disabled: set, cands: list, untracked: list[bool]):
                                 del pieces[old]
                         _add_piece(pieces, wbox, piece)
                     record_write(wbk, wbox, seq)
+                for bk, _ in op.reads:
+                    freed_by[bk] = group
+                for bk, _ in op.writes:
+                    freed_by[bk] = group
                 removed += 1
                 used_groups.add(group)
                 if uses:
@@ -462,7 +486,7 @@ def _cse(prog: Program, disabled: set, cands: list, untracked: list[bool]):
         op.reads = reads
         kept.append(op)
     prog.ops = kept
-    return _extensions(prog, direct_last, alias_last), removed, used_groups, feeds
+    return _extensions(prog, direct_last, alias_last, freed_by, written), removed, used_groups, feeds
 
 
 def _add_piece(pieces: dict, box: boxes.Box, value: tuple) -> None:
@@ -482,10 +506,16 @@ def _add_piece(pieces: dict, box: boxes.Box, value: tuple) -> None:
     pieces[box] = value
 
 
-def _extensions(prog: Program, direct_last: dict, alias_last: dict) -> dict:
-    """Per group and memory: peak bytes/partition of blocks kept alive only by reuse."""
+def _extensions(prog: Program, direct_last: dict, alias_last: dict, freed_by: dict,
+                written: list[tuple[int, int]]) -> dict:
+    """Per group and memory: peak bytes/partition that reuse adds to the program's: blocks
+    kept alive only by reuse, less the blocks the removed duplicates no longer keep alive
+    (their own results, and inputs they were the last to read)."""
     events: dict[object, list[tuple[int, int]]] = {}
+    target_last: dict[BlockKey, int] = {}
     for (tbk, group), end in alias_last.items():
+        if end > target_last.get(tbk, -1):
+            target_last[tbk] = end
         memory = prog.block_memory[tbk]
         start = direct_last.get(tbk, -1)
         if end <= start or memory == tr.HBM:
@@ -494,6 +524,16 @@ def _extensions(prog: Program, direct_last: dict, alias_last: dict) -> dict:
         ev = events.setdefault((group, memory), [])
         ev.append((start + 1, size))
         ev.append((end + 1, -size))
+    for bk, group in freed_by.items():
+        memory = prog.block_memory[bk]
+        first, last = written[bk]
+        now = max(direct_last.get(bk, -1), target_last.get(bk, -1))
+        if memory == tr.HBM or now >= last:
+            continue
+        size = prog.block_bytes(bk)
+        ev = events.setdefault((group, memory), [])
+        ev.append((max(now + 1, first), -size))
+        ev.append((last + 1, size))
     out: dict[object, dict[str, float]] = {}
     for (group, memory), ev in events.items():
         ev.sort()
