@@ -34,10 +34,10 @@ Heuristic, calibrated on the measured byte and flop counters (trainium-perf-mode
    peak leaves of it, the hoisting that mamba v1 (4096 x 512) and the NKIBench mamba
    baseline were given needed a spill afterwards, and the predicted HBM bytes were further
    from the measured ones (median |log error| over the baselines 0.006 vs 0.003, mean 0.14
-   vs 0.10). tensor_tensor is included because
-   neuronx-cc hoists mamba v2's and v3's `delta * u` out of the state loop: without that,
-   v2 at sequence 512 and v3 would need five vector instructions per element and state in
-   ~6.8 cycles, below what the four that remain cost.
+   vs 0.10). tensor_tensor is included because neuronx-cc hoists mamba v2's and v3's
+   `delta * u` out of the state loop: without that, v2 at sequence 512 and v3 would need
+   five vector instructions per element and state in ~6.8 cycles, below what the four that
+   remain cost.
    Step 1b. Dead copies: a copy (`t[...] = u`) whose destination is on chip and never read
    afterwards is dropped. Measured: mamba v3 at sequence 512 (one chunk, so its copy of the
    scan state is never read) runs in v2's time (1.60 vs 1.61 ms); every v3 drops its last
