@@ -253,12 +253,15 @@ def _hoist(prog: Program, hw: Hardware, params: Params, report: CompilerReport) 
     # Reused copies share SBUF with the program's own tiles: they may take what its peak
     # leaves of the budget share, no more (so that hoisting does not eat the room that
     # successive iterations overlap in, deps._capacity_edges).
-    written = _Liveness(prog, _sbuf_ranges(prog)).peak()[0]
+    ranges = _ranges(prog)
+    mem = prog.block_memory
+    written = _Liveness(prog, {b: [f, last] for b, (f, last) in enumerate(zip(*ranges))
+                               if f >= 0 and mem[b] == tr.SBUF}).peak()[0]
     budgets = {tr.SBUF: max(params.hoist_budget_fraction * hw.sbuf_usable_bytes_per_partition - written, 0.0),
                tr.PSUM: params.hoist_budget_fraction * hw.psum_bytes_per_partition}
     disabled: set = set()
     ops, reads = list(prog.ops), [op.reads for op in prog.ops]
-    cands, untracked, ranges = _candidates(prog), _untracked(prog), _ranges(prog)
+    cands, untracked = _candidates(prog), _untracked(prog)
     removed, used = 0, set()
     for _ in range(CSE_ROUNDS):
         extension, removed, used, feeds = _cse(prog, disabled, cands, untracked, ranges)
@@ -340,19 +343,24 @@ def _untracked(prog: Program) -> list[bool]:
             for m, t in zip(prog.block_memory, prog.block_tensor)]
 
 
-def _ranges(prog: Program) -> list[tuple[int, int]]:
-    """Per block: (first, last) index in prog.ops of its accesses ((-1, -1): none)."""
-    out = [(-1, -1)] * len(prog.block_memory)
+def _ranges(prog: Program) -> tuple[list[int], list[int]]:
+    """Per block: the first and the last index in prog.ops of its accesses (-1: none),
+    dropped ops aside. In program order, so they also give the as-written peak."""
+    n = len(prog.block_memory)
+    first, last = [-1] * n, [-1] * n
     for seq, op in enumerate(prog.ops):
+        if not op.kind:
+            continue
         for accesses in (op.reads, op.writes):
             for bk, _ in accesses:
-                first = out[bk][0]
-                out[bk] = (seq if first < 0 else first, seq)
-    return out
+                if first[bk] < 0:
+                    first[bk] = seq
+                last[bk] = seq
+    return first, last
 
 
 def _cse(prog: Program, disabled: set, cands: list, untracked: list[bool],
-         written: list[tuple[int, int]]):
+         written: tuple[list[int], list[int]]):
     """One CSE pass over the as-written prog.ops (`cands`, `untracked` and `written` from
     _candidates, _untracked and _ranges), rewriting prog.ops. Returns (extension, ops removed,
     groups used, feeds): extension[group][memory] is the peak bytes/partition that reusing
@@ -507,7 +515,7 @@ def _add_piece(pieces: dict, box: boxes.Box, value: tuple) -> None:
 
 
 def _extensions(prog: Program, direct_last: dict, alias_last: dict, freed_by: dict,
-                written: list[tuple[int, int]]) -> dict:
+                written: tuple[list[int], list[int]]) -> dict:
     """Per group and memory: peak bytes/partition that reuse adds to the program's: blocks
     kept alive only by reuse, less the blocks the removed duplicates no longer keep alive
     (their own results, and inputs they were the last to read)."""
@@ -524,9 +532,10 @@ def _extensions(prog: Program, direct_last: dict, alias_last: dict, freed_by: di
         ev = events.setdefault((group, memory), [])
         ev.append((start + 1, size))
         ev.append((end + 1, -size))
+    firsts, lasts = written
     for bk, group in freed_by.items():
         memory = prog.block_memory[bk]
-        first, last = written[bk]
+        first, last = firsts[bk], lasts[bk]
         now = max(direct_last.get(bk, -1), target_last.get(bk, -1))
         if memory == tr.HBM or now >= last:
             continue
@@ -555,8 +564,8 @@ class _Liveness:
     (with room to grow) so that the peak can be recomputed cheaply after every change."""
 
     def __init__(self, prog: Program, ranges: dict[BlockKey, list[int]]):
-        """`ranges`: [first, last] access position of every SBUF block, blocks in the order
-        of their first access (_sbuf_ranges)."""
+        """`ranges`: [first, last] access position (or index in program order) of every
+        SBUF block."""
         self.prog = prog
         self.keys = list(ranges)
         self.index = {b: j for j, b in enumerate(self.keys)}
@@ -632,28 +641,6 @@ def _sbuf_accesses(prog: Program) -> dict[BlockKey, Accesses]:
                         out[b] = [(op, is_write, i)]
                     else:
                         accs.append((op, is_write, i))
-    return out
-
-
-def _sbuf_ranges(prog: Program) -> dict[BlockKey, list[int]]:
-    """[first, last] access position of every SBUF block, blocks in the order of their
-    first access: the liveness alone, cheaper than gathering the accesses (hoisting needs
-    only the as-written peak)."""
-    mem, SBUF = prog.block_memory, tr.SBUF
-    out: dict[BlockKey, list[int]] = {}
-    get = out.get
-    for op in prog.ops:
-        if not op.kind:
-            continue
-        pos = op.pos
-        for accesses in (op.reads, op.writes):
-            for b, _ in accesses:
-                if mem[b] == SBUF:
-                    r = get(b)
-                    if r is None:
-                        out[b] = [pos, pos]
-                    else:
-                        r[1] = pos
     return out
 
 
