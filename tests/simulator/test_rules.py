@@ -232,7 +232,9 @@ def test_immutable_parameters_and_outputs():
     fails("h = nl.zeros((128, 512), dtype=np.float32, buffer=nl.hbm)  # <-", errors.HbmInitValueError)
 
 
-def test_mutable_parameter_may_be_written():
+def test_mutable_parameter_may_be_written_but_not_returned():
+    """Writing an `nt.mutable_tensor` parameter is legal NKI; returning it as an output is not
+    taken: one write anywhere in an input would otherwise pass it off as a computed result."""
     src = """
 import numpy as np
 import neuronxcc.nki as nki
@@ -241,12 +243,16 @@ import neuronxcc.nki.typing as nt
 
 @nki.jit
 def kernel(x: nt.mutable_tensor):
+    out = nl.ndarray((128, 512), dtype=x.dtype, buffer=nl.shared_hbm)
     nl.store(x[0:128, :], value=nl.exp(nl.load(x[128:256, :])))
-    return x
+    nl.store(out, value=nl.load(x[0:128, :]))
+    return RETURNED
 """
     x = np.random.default_rng(0).standard_normal((256, 512)).astype(np.float32)
-    out = run_kernel(src, [x.copy()]).outputs
-    np.testing.assert_allclose(out[:128], np.exp(x[128:]), rtol=2e-6)
+    out = run_kernel(src.replace("RETURNED", "out"), [x.copy()]).outputs
+    np.testing.assert_allclose(out, np.exp(x[128:]), rtol=2e-6)
+    with pytest.raises(errors.HostOutputError, match="returned an input, 'x'"):
+        run_kernel(src.replace("RETURNED", "x"), [x.copy()])
 
 
 def test_output_never_written():

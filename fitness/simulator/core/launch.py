@@ -227,10 +227,6 @@ def _wrap(m: Machine, value, param: tuple[str, Any]):
     return T.whole(buf)
 
 
-def _written_by_trace(m: Machine, tensor_id: int) -> bool:
-    return any(reg.tensor == tensor_id for ins in m.trace.instrs for reg in ins.writes)
-
-
 def fn_file(m: Machine) -> str:
     return m.trace.kernel_file
 
@@ -241,10 +237,8 @@ def _collect(m: Machine, fn: Callable, ret):
     if isinstance(ret, (tuple, list)):
         return tuple(_collect(m, fn, r) for r in ret)
     if ret is None:
-        if not m.outputs and not any(b.mutable for b in m.params):
-            raise errors.OutputNotWrittenError("the kernel returned no output tensor (create outputs with "
-                                               "buffer=nl.shared_hbm and return them)", *where)
-        return None
+        raise errors.OutputNotWrittenError("the kernel returned no output tensor (create outputs with "
+                                           "buffer=nl.shared_hbm and return them)", *where)
     if not isinstance(ret, T.NkiTensor):
         # Only what the kernel's own instructions wrote is an output: a host value (a NumPy
         # array, a number) would be a result the trace never computed, scored as free.
@@ -255,11 +249,15 @@ def _collect(m: Machine, fn: Callable, ret):
     if b.memory != HBM or len(ret._key) < b.nb:
         raise errors.UnsupportedMemoryError(
             f"kernel outputs must be HBM tensors (nl.shared_hbm); the kernel returned a tile in '{b.memory}'", *where)
-    if b.kind != "output" and not _written_by_trace(m, b.id):
-        what = {"constant": "a constant (nl.shared_constant)", "input": "an input"}.get(b.kind, "a tensor")
+    if b.kind != "output":
+        # An input (or a view of one) would pass as an output after a single write anywhere in
+        # it, a 4-byte copy scored as the whole result; scratch HBM is not returnable on hardware.
+        what = {"constant": "a constant (nl.shared_constant)", "input": "an input"}.get(
+            b.kind, "a scratch tensor (nl.hbm)")
+        view = "" if ret._shape == b.shape and not ret._off and not ret._alias else "a view of "
         raise errors.HostOutputError(
-            f"the kernel returned {what}, '{b.label}', that none of its instructions wrote; "
-            "outputs must be computed by the kernel (create them with buffer=nl.shared_hbm)", *where)
+            f"the kernel returned {view}{what}, '{b.label}'; outputs must be fresh tensors that the kernel "
+            "creates (nl.ndarray(..., buffer=nl.shared_hbm)) and writes with its own instructions", *where)
     if b.written is not None:
         missing, first = b.written.missing()
         size = T.prod(b.shape)

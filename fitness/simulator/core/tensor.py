@@ -942,17 +942,31 @@ def write(v: NkiTensor, value, where: np.ndarray | None = None) -> None:
         np.copyto(array(v), value, casting="unsafe", where=where)
 
 
+def injective(v: NkiTensor) -> bool:
+    """True when no two indices of affine view `v` address the same element, proven from its
+    strides: sorted by size, each stride steps past everything the smaller ones reach. False
+    also for the rare injective views this cannot prove (they take the exact, slower path)."""
+    if v._st is None:
+        return False
+    reach = 0
+    for s, n in sorted((abs(s), n) for s, n in zip(v._st, v._shape) if n > 1):
+        if s <= reach:
+            return False
+        reach += s * (n - 1)
+    return True
+
+
 def mark_written(v: NkiTensor, where: np.ndarray | None = None) -> None:
     """Record which elements of an output tensor a store wrote (see `coverage`)."""
     cov = v._b.written
     if cov is None:
         return
-    if where is None and v._gat is None:
+    if where is None and v._gat is None and injective(v):
         box = region(v).box
         vol = 1
         for lo, hi in box:
             vol *= hi - lo
-        if vol == prod(v._shape):   # destinations are injective, so equal counts mean the box itself
+        if vol == prod(v._shape):   # distinct elements as many as the box holds: the box itself
             cov.add_box(box)
             return
     w = cov.full_bitmap()
