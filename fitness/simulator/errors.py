@@ -336,7 +336,15 @@ class NestedLaunchError(NkiError):
 
 
 class HostOutputError(NkiError):
-    """A kernel returned something no traced instruction wrote: a host value, a constant or an
-    input it never wrote."""
+    """A kernel returned something that is not a fresh output tensor: a host value, a constant,
+    an input or a scratch tensor (or a view of one)."""
 
     code = "emu_host_output"
+
+
+class FalseHintError(NkiError):
+    """A performance hint that the data contradicts (e.g. `is_stationary_onezero=True` on a
+    stationary holding values other than 0 and 1): the hint would buy a cheaper price for a
+    result the hardware does not compute with it."""
+
+    code = "emu_false_hint"

@@ -68,7 +68,7 @@ def load(api: str, src, mask, dtype, line: int) -> NkiTensor:
     if not m.shape_only and 0 not in rv._shape:
         T.write(rv, T.array(sv), wh)
     n = T.count(rv) if wh is None else int(wh.sum())
-    dma = I.dma_info(sv, n * src._b.itemsize, rv._shape[0])
+    dma = I.dma_info(rv, sv, n, rv._shape[0])
     I.record(m, DMA_LOAD, api, (DMA,), res, rv, box, wh, [sv], line, dma=dma)
     return res
 
@@ -102,6 +102,25 @@ def _is_identity(a: np.ndarray) -> bool:
     if a.dtype == eye.dtype and a.tobytes() == raw:
         return True
     return bool(np.array_equal(a, eye))
+
+
+def _zero_one(a: np.ndarray) -> bool:
+    """Every element of `a` is 0 or 1 (the identity, the usual case, by its bytes)."""
+    return _is_identity(a) or bool(np.all((a == 0) | (a == 1)))
+
+
+def _check_hints(api: str, stationary: np.ndarray, moving: np.ndarray, st1z: bool, mv_flag: str) -> None:
+    """`mv_flag`: the flag that claims the moving holds only 0 and 1 ("" for none). The one-zero
+    hints price an fp32 matmul at half its passes (the model reads them, and `is_transpose`
+    too, whose moving is the identity); the ISA documents them as hints with no
+    semantic effect and says nothing of what the hardware computes when they are false, so a
+    false hint is an error here rather than a cheaper price for the exact product."""
+    for flag, what, data in (("is_stationary_onezero" if st1z else "", "stationary", stationary),
+                             (mv_flag, "moving", moving)):
+        if flag and not _zero_one(data):
+            raise errors.FalseHintError(
+                f"'{api}' was told {flag}=True, but its {what} operand holds values other than 0 and 1; "
+                "the hint makes TensorE skip passes an exact product needs: drop the flag")
 
 
 _MM_INFOS: dict[tuple, MatmulInfo] = {}   # MatmulInfo is immutable: one per distinct value
@@ -152,7 +171,10 @@ def matmul(api: str, stationary, moving, mask, line: int, st1z: bool = False, mv
     if not m.shape_only and 0 not in rv._shape:
         a = I.fp32(sv).reshape(K, -1)
         b = I.fp32(mvv).reshape(K, -1)
-        if is_transpose and _is_identity(b):
+        identity = is_transpose and _is_identity(b)   # the usual transpose: its moving is 0/1 already
+        _check_hints(api, a, b, st1z, "" if identity else "is_moving_onezero" if mv1z else
+                     "is_transpose" if is_transpose else "")
+        if identity:
             out = a.T
         else:
             out = np.matmul(a.T, b)
