@@ -84,10 +84,15 @@ class MatmulInfo:
 
 @dataclass(frozen=True, slots=True)
 class DmaInfo:
-    bytes: int                   # payload actually moved (masked-out elements excluded)
-    partitions: int              # SBUF partitions touched
-    run_bytes: int               # bytes of the typical contiguous HBM run (descriptor size)
-    runs: int                    # number of contiguous HBM runs
+    bytes: int                   # payload written at the destination (masked-out elements excluded)
+    partitions: int              # partitions (rows) of the transfer
+    run_bytes: int               # descriptor size: the shorter contiguous run of its two ends, in bytes
+    runs: int                    # number of descriptors (contiguous runs)
+    src_bytes: int | None = None  # bytes read at the source (None: as many as written)
+
+    @property
+    def read_bytes(self) -> int:
+        return self.bytes if self.src_bytes is None else self.src_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +126,10 @@ class Instr:
     psum_inputs: int = 0         # how many tensor inputs live in PSUM (cost depends on it)
     strided: bool = False        # most-minor free stride > 16 bytes on some operand
 
+
+# Version of the trace's format: caches of pickled traces key on it (a trace pickled by an
+# older version may lack fields, or price differently).
+FORMAT = 2
 
 DIALECTS = ("legacy", "current")   # the front-end that produced a trace (runtime.FrontEnd.name)
 

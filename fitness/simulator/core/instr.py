@@ -628,26 +628,30 @@ class Deferred:
 
 # --- DMA ------------------------------------------------------------------------------------------------
 
-def dma_info(hbm: NkiTensor, nbytes: int, partitions: int) -> DmaInfo:
-    """Bytes moved and the contiguous HBM run per partition row (descriptor size)."""
-    shape, st = hbm._shape, hbm._st
-    isz = hbm._b.itemsize
+def dma_info(dst: NkiTensor, src: NkiTensor, elements: int, partitions: int) -> DmaInfo:
+    """One DMA priced at both ends: the bytes written at `dst` and read at `src` (`elements`
+    moved, masked-out ones excluded), and its descriptors, cut at the shorter contiguous run
+    of the two ends per row: a strided end splits the transfer whichever end it is."""
+    run = min(_contiguous_run(dst), _contiguous_run(src))
+    return DmaInfo(elements * dst._b.itemsize, partitions, run * dst._b.itemsize,
+                   -(-elements // run) if run else 0, elements * src._b.itemsize)
+
+
+def _contiguous_run(v: NkiTensor) -> int:
+    """Elements of `v` adjacent in memory along its innermost dims (dim 0, the partitions or
+    rows, excluded): the run one descriptor moves."""
+    shape, st = v._shape, v._st
     if st is None or not shape:
-        run = 1
-    else:
-        run, expect = 1, 1
-        for k in range(len(shape) - 1, 0, -1):
-            n = shape[k]
-            if n == 1:
-                continue
-            if st[k] == expect:
-                run *= n
-                expect *= n
-            else:
-                break
-    elems = nbytes // isz if isz else 0
-    runs = -(-elems // run) if run else 0
-    return DmaInfo(nbytes, partitions, run * isz, runs)
+        return 1
+    run = 1
+    for k in range(len(shape) - 1, 0, -1):
+        n = shape[k]
+        if n == 1:
+            continue
+        if st[k] != run:
+            break
+        run *= n
+    return run
 
 
 def immutable_check(dst: NkiTensor) -> None:

@@ -352,8 +352,7 @@ def copy_by_dma(api: str, dst, src, line: int, kwargs=None) -> None:
     n = T.prod(d._shape)
     onchip = d2 if d._b.memory == SBUF else s2
     p = onchip._shape[0]
-    hbm_side = d2 if d._b.memory == HBM else s2
-    dma = I.dma_info(hbm_side, n * d._b.itemsize, p)
+    dma = I.dma_info(d2, s2, n, p)
     kind = DMA_STORE if d._b.memory == HBM else DMA_LOAD
     m.emit(kind, api, (DMA,), d._b.dtname, (s._b.dtname,), p, n // p if p else 0,
            (T.region(s2),), (T.region(d2),), line, "", None, dma, 0, False)

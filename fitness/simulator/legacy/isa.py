@@ -230,8 +230,7 @@ def dma_copy(dst, src, mask=None, **kwargs) -> None:
     if 0 not in dv._shape:
         T.mark_written(dv, wh)
     n = T.count(dv) if wh is None else int(wh.sum())
-    hbm_side = dv if d._b.memory == HBM else sv
-    dma = I.dma_info(hbm_side, n * d._b.itemsize, dv._shape[0])
+    dma = I.dma_info(dv, sv, n, dv._shape[0])
     kind = DMA_STORE if d._b.memory == HBM else DMA_LOAD
     s_ = dv._shape
     m.emit(kind, "nisa.dma_copy", (DMA,), d._b.dtname, (s._b.dtname,), s_[0], T.prod(s_[1:]),

@@ -6,6 +6,7 @@ What Python operators on tiles mean in this dialect (`operator`) lives here too.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import numpy as np
@@ -215,8 +216,8 @@ def load_transpose2d(src, mask=None, dtype=None, **kwargs) -> NkiTensor:
     if not m.shape_only and 0 not in rv._shape:
         T.write(rv, T.array(sv).T, wh)
     n = T.count(rv) if wh is None else int(wh.sum())
-    dma = I.dma_info(sv, n * src._b.itemsize, rv._shape[0])
-    dma = type(dma)(dma.bytes, dma.partitions, src._b.itemsize, n)   # element-wise transposing descriptors
+    dma = I.dma_info(rv, sv, n, rv._shape[0])
+    dma = dataclasses.replace(dma, run_bytes=src._b.itemsize, runs=n)   # element-wise transposing descriptors
     I.record(m, DMA_LOAD, "nl.load_transpose2d", (DMA,), res, rv, box, wh, [sv], line, "transpose", dma=dma)
     return res
 
@@ -255,7 +256,7 @@ def store(dst, value, mask=None, **kwargs) -> None:
         T.mark_written(dv, wh)
     n = T.count(dv) if wh is None else int(wh.sum())
     p = reads[0]._shape[0] if reads else dv._shape[0]
-    dma = I.dma_info(dv, n * dst._b.itemsize, p)
+    dma = I.dma_info(dv, reads[0] if reads else dv, n, p)
     m.emit(DMA_STORE, "nl.store", (DMA,), dst._b.dtname, tuple(r._b.dtname for r in reads), p,
            n // p if p else 0, tuple(T.region(r) for r in reads), (dreg,), line, "", None, dma, 0, False)
 

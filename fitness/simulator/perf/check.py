@@ -176,7 +176,7 @@ def trace_case(case: Case, cache_dir: str | Path | None = None) -> tr.Trace:
     source = case.kernel.read_text()
     cached = None
     if cache_dir is not None:
-        key = hashlib.sha256(json.dumps([source, case.reference.read_text(), case.shape],
+        key = hashlib.sha256(json.dumps([tr.FORMAT, source, case.reference.read_text(), case.shape],
                                         sort_keys=True).encode()).hexdigest()[:16]
         cached = Path(cache_dir, f"{case.problem}-{case.kernel_name}-{key}.pkl")
         if cached.is_file():

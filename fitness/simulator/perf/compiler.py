@@ -743,10 +743,12 @@ def _is_clean(blocks: dict[BlockKey, Accesses]) -> bool:
 
 def _dma(kind: str, src: Access, dst: Access, nbytes: int, run: int, like: Op, pos: int,
          hbm_kind: str) -> Op:
-    box = src[1] if kind == tr.DMA_SPILL_SAVE else dst[1]
+    save = kind == tr.DMA_SPILL_SAVE   # SBUF -> HBM; the others (loads, reloads) HBM -> SBUF
+    box = src[1] if save else dst[1]
     return Op(kind, (tr.DMA,), like.dtype, (like.dtype,), box[0][1] - box[0][0], 0, [src], [dst],
               like.loop_path, like.line, dma_bytes=nbytes, dma_run_bytes=run,
-              hbm_tensor_kind=hbm_kind, pos=pos)
+              hbm_tensor_kind=hbm_kind, hbm_write_kind=hbm_kind if save else "",
+              hbm_read_bytes=0 if save else nbytes, hbm_write_bytes=nbytes if save else 0, pos=pos)
 
 
 def _rematerialize(prog: Program, live: _Liveness, bk: BlockKey, accs: Accesses) -> None:

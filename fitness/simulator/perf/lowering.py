@@ -70,10 +70,13 @@ class Op:
     strided: bool = False
     cse: bool = False          # eligible for CSE / loop-invariant hoisting
     psum_out: bool = False     # writes PSUM
-    hbm_tensor_kind: str = ""  # DMA: kind of the HBM tensor it reads or writes
+    hbm_tensor_kind: str = ""  # DMA: kind of the HBM tensor it reads (or else writes)
     pos: int = 0               # sort key of program order (original position x 4)
     origin: int = -1           # trace instruction id (-1: inserted by the model)
     source: str = ""           # the NKI call it was expanded from ("broadcast_to", ...)
+    hbm_write_kind: str = ""   # DMA: kind of the HBM tensor it writes ("" when it writes SBUF)
+    hbm_read_bytes: int = 0    # DMA: bytes it reads from HBM
+    hbm_write_bytes: int = 0   # DMA: bytes it writes to HBM
 
 
 @dataclass
@@ -227,6 +230,11 @@ def _op(ins: tr.Instr, reads: list[Access], writes: list[Access], psum_out: bool
         op.dma_bytes = dma.bytes
         op.dma_run_bytes = dma.run_bytes
         op.P = dma.partitions or ins.partitions
-        hbm = [r for r in (ins.reads + ins.writes) if infos[r.tensor].memory == tr.HBM]
-        op.hbm_tensor_kind = infos[hbm[0].tensor].kind if hbm else ""
+        src = [infos[r.tensor].kind for r in ins.reads if infos[r.tensor].memory == tr.HBM]
+        dst = [infos[r.tensor].kind for r in ins.writes if infos[r.tensor].memory == tr.HBM]
+        op.hbm_tensor_kind = (src or dst or [""])[0]
+        op.hbm_write_kind = dst[0] if dst else ""
+        # Priced at both ends: a DRAM-to-DRAM copy reads and writes HBM.
+        op.hbm_read_bytes = dma.read_bytes if src else 0
+        op.hbm_write_bytes = dma.bytes if dst else 0
     return op

@@ -22,7 +22,9 @@ from .schedule import Schedule, schedule
 
 ENGINE_NAMES = {tr.TENSOR: "TensorE", tr.VECTOR: "VectorE", tr.SCALAR: "ScalarE",
                 tr.GPSIMD_ENGINE: "GpSimdE", tr.DMA: "DMA"}
-LATENCY_BOUND_BELOW = 0.5   # no resource busier than this: stalls and overheads dominate
+LATENCY_BOUND_BELOW = 0.5
+DMA_ENGINE = (tr.DMA,)
+SCRATCH_KINDS = ("scratch", "spill")   # kernel-private HBM: its traffic is spill traffic   # no resource busier than this: stalls and overheads dominate
 
 
 @dataclass(frozen=True)
@@ -61,14 +63,15 @@ def counters(ops: list[Op]) -> dict[str, int]:
     read = write = save = reload = flops = tflops = 0
     for op in ops:
         kind = op.kind
-        if kind in (tr.DMA_LOAD, tr.DMA_SPILL_RELOAD):
-            read += op.dma_bytes
-            if kind == tr.DMA_SPILL_RELOAD or op.hbm_tensor_kind in ("scratch", "spill"):
-                reload += op.dma_bytes
-        elif kind in (tr.DMA_STORE, tr.DMA_SPILL_SAVE):
-            write += op.dma_bytes
-            if kind == tr.DMA_SPILL_SAVE or op.hbm_tensor_kind in ("scratch", "spill"):
-                save += op.dma_bytes
+        if op.engines == DMA_ENGINE:
+            if not kind:
+                continue   # deleted by the compiler pass
+            read += op.hbm_read_bytes
+            if op.hbm_read_bytes and op.hbm_tensor_kind in SCRATCH_KINDS:
+                reload += op.hbm_read_bytes
+            write += op.hbm_write_bytes
+            if op.hbm_write_kind in SCRATCH_KINDS:
+                save += op.hbm_write_bytes
         elif op.mm is not None:
             f = hardware_flops(op)
             flops += f

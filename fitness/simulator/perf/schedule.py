@@ -207,7 +207,8 @@ def schedule(prog: Program, preds: list[list[int]], hw: Hardware, params: Params
                 start[i] = end[i] = ready
                 engine_of[i] = DMA
                 continue
-            shape = (nbytes, op.P, op.dma_run_bytes)
+            hbm = op.hbm_read_bytes + op.hbm_write_bytes
+            shape = (nbytes, op.P, op.dma_run_bytes, hbm)
             rings_occ = occupancy.get(shape)
             if rings_occ is None:
                 parts = max(op.P, 1)
@@ -215,7 +216,10 @@ def schedule(prog: Program, preds: list[list[int]], hw: Hardware, params: Params
                 per_partition = nbytes / parts
                 run = op.dma_run_bytes
                 desc = min(run, per_partition) if run > 0 else per_partition
-                occ = nbytes / n_rings / (ring_bw * efficiency(desc)) + hw.dge_ns_per_dma
+                # A ring moves at most its share of HBM bandwidth; a DRAM-to-DRAM copy spends
+                # that share twice (a read and a write per byte moved).
+                occ = (max(nbytes, hbm) / n_rings / (ring_bw * efficiency(desc))
+                       + hw.dge_ns_per_dma)
                 rings_occ = occupancy[shape] = (n_rings, occ)
             n_rings, occ = rings_occ
             first = (_partition_start(op, mem) // per_ring) % n_dma
