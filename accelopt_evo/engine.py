@@ -19,7 +19,7 @@ import numpy as np
 from deap import base, tools
 
 from fitness.normalize import kernel_id
-from fitness.result import EvalResult
+from fitness.result import MODEL_ERROR, EvalResult
 from fitness.simulator.perf.hardware import hardware
 from nkibench.problem import Problem
 from operators.diff import kernel_diff
@@ -59,8 +59,10 @@ class GenerationReport:
         e = self.entry
         pct = f"{e['best_percent_of_peak']:.1f}% of peak ({where})" if e["best_percent_of_peak"] else "% of peak unknown"
         dup = f", {e['duplicates']} already known" if e.get("duplicates") else ""
+        bad = (f", {e['model_errors']} estimate(s) below the roofline bound (model errors, not selected)"
+               if e.get("model_errors") else "")
         return (f"gen {self.generation:>3} {self.problem}: best speedup {e['best_speedup']:.3f}x, {pct}, "
-                f"{e['valid']} new valid of {e['offspring']} offspring{dup}")
+                f"{e['valid']} new valid of {e['offspring']} offspring{dup}{bad}")
 
 
 def parent_view(ind: KernelRecord) -> Parent:
@@ -254,7 +256,7 @@ class Engine:
 
         repaired = 0
         for _attempt in range(self.cfg.variation.repair_attempts):
-            broken = [ind for ind in offspring if not ind.valid]
+            broken = [ind for ind in offspring if ind.repairable]
             if not broken:
                 break
             fixes = self.operators.repair([(self._as_child(ind), ind.result.error) for ind in broken], ctx)
@@ -313,6 +315,9 @@ class Engine:
             **{k: float(v) for k, v in self.stats.compile(state.population).items()},
             "seconds": round(time.perf_counter() - started, 3),
         }
+        model_errors = sum(1 for e in evaluations if not e.reused and e.result.status == MODEL_ERROR)
+        if model_errors:   # only then, so that the logbooks of earlier runs read as they were written
+            entry["model_errors"] = model_errors
         state.logbook.record(**entry)
         return GenerationReport(generation, problem, entry, evaluations, produced)
 

@@ -12,7 +12,7 @@ from typing import Any
 from deap import base, creator
 
 from fitness.normalize import normalize_source
-from fitness.result import EvalResult
+from fitness.result import MODEL_ERROR, EvalResult
 
 from .records import KernelMeta
 
@@ -34,6 +34,12 @@ class KernelRecord:
     @property
     def valid(self) -> bool:
         return self.result is not None and self.result.ok and self.result.speedup is not None
+
+    @property
+    def repairable(self) -> bool:
+        """Failed by its own fault: a model error (an estimate below the roofline bound) is the
+        performance model's, and a repair has nothing to fix."""
+        return not self.valid and (self.result is None or self.result.status != MODEL_ERROR)
 
     def meta(self) -> KernelMeta:
         """Everything but the source (kept in kernels/<id>.py) for checkpoints."""

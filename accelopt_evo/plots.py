@@ -25,6 +25,7 @@ STATUS_COLORS = {
     "timeout": "#8c564b",
     "memory_exceeded": "#e377c2",
     "crashed": "#7f7f7f",
+    "model_error": "#17becf",
     "operator failed": "#c7c7c7",
 }
 

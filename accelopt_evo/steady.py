@@ -242,7 +242,7 @@ class AsyncEvolution:
         if item.record is not None:      # a repair: it replaces the failed kernel
             item.repaired = record.valid
         item.record = record
-        if record.valid or item.repairs_left <= 0:
+        if not record.repairable or item.repairs_left <= 0:
             self._settle(item)
             return
         item.repairs_left -= 1

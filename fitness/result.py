@@ -16,8 +16,11 @@ INCORRECT = "incorrect"            # it ran, but an output failed the correctnes
 TIMEOUT = "timeout"                # the wall-clock limit of the sandbox was hit
 MEMORY_EXCEEDED = "memory_exceeded"
 CRASHED = "crashed"                # the worker died (signal, internal error)
+# Correct, but the simulator's estimate is below the problem's roofline bound: the model
+# priced the kernel at less than the work no correct kernel avoids (never selectable).
+MODEL_ERROR = "model_error"
 
-STATUSES = (OK, REJECTED, COMPILE_ERROR, INCORRECT, TIMEOUT, MEMORY_EXCEEDED, CRASHED)
+STATUSES = (OK, REJECTED, COMPILE_ERROR, INCORRECT, TIMEOUT, MEMORY_EXCEEDED, CRASHED, MODEL_ERROR)
 # Where an evaluation ran: evaluations.jsonl records it; cache entries and checkpoints leave it
 # out, so that they do not depend on the executor (local or Ray) or on the machine.
 PLACEMENT = ("worker", "host")

@@ -56,6 +56,29 @@ def roofline(flops_matmul: float, flops_vector: float, hbm_bytes: float, target:
     return Roofline(terms[bound] * 1e3, bound)
 
 
+@dataclass(frozen=True)
+class Bound:
+    """The least latency a correct kernel can have on a target, and which work sets it."""
+
+    latency_ms: float
+    why: str
+
+
+def lower_bound(flops_matmul: float, hbm_bytes: float, kernel_hbm_bytes: float, target: str) -> Bound:
+    """The latency below which an estimate is a model error: the problem's HBM bytes and matmul
+    flops, and the HBM bytes the kernel itself moves, each at the target's peak. The vector
+    term of the roofline is left out: it counts the reference's element-wise operations, which
+    a kernel may legitimately fuse (silu's four in one activation) or spread over more engines."""
+    p = peaks(target)
+    terms = {
+        f"the problem's {hbm_bytes / 1e6:.3g} MB of HBM traffic": hbm_bytes / p.hbm_bytes_per_s,
+        f"the problem's {flops_matmul / 1e9:.3g} GFLOP of matmul": flops_matmul / p.matmul_flops_per_s,
+        f"the kernel's own {kernel_hbm_bytes / 1e6:.3g} MB of HBM traffic": kernel_hbm_bytes / p.hbm_bytes_per_s,
+    }
+    why = max(terms, key=terms.__getitem__)
+    return Bound(terms[why] * 1e3, f"{why} at {target}'s peak")
+
+
 def percent_of_peak(peak_latency_ms: float | None, latency_ms: float | None) -> float | None:
     if not peak_latency_ms or not latency_ms:
         return None

@@ -38,8 +38,8 @@ from .forkserver import ForkServer
 from .normalize import kernel_id
 from .pool import EvalPool
 from .references import ReferenceError, ReferenceStore, SeedData, reference_version
-from .result import COMPILE_ERROR, CRASHED, INCORRECT, OK, REJECTED, TIMEOUT, EvalResult
-from .roofline import percent_of_peak, roofline
+from .result import COMPILE_ERROR, CRASHED, INCORRECT, MODEL_ERROR, OK, REJECTED, TIMEOUT, EvalResult
+from .roofline import lower_bound, percent_of_peak, roofline
 from .settings import EvalSettings
 from .simulator.dialect import Dialect
 
@@ -459,12 +459,31 @@ def judge_cases(spec: ProblemSpec, source: str, cases: Callable[[], list[Case]],
         }
         outcome, worker = launcher.run(request, workdir, judge.on_message, running)
         result = judge.result(outcome, reference_dtypes, settings.timeout_s)
+        if result.ok and launcher.backend == "simulator":
+            result = below_bound(problem, result, launcher.target)
         if result.ok and keep is not None and judge.artifacts:
             keep(workdir, judge.artifacts)
         result.worker = worker
         return result
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def below_bound(problem: Problem, result: EvalResult, target: str) -> EvalResult:
+    """`result`, or a model error when its estimate beats the least latency a correct kernel
+    can have (roofline.lower_bound): the performance model then priced work the kernel did not
+    pay for, and the figure must not be selected. Latency and profile stay for the report."""
+    counts = problem.counts
+    if counts is None or result.latency_ms is None:
+        return result
+    own = float(result.profile.get("hbm_read_bytes") or 0) + float(result.profile.get("hbm_write_bytes") or 0)
+    bound = lower_bound(counts.flops_matmul, counts.hbm_bytes, own, target)
+    if result.latency_ms >= bound.latency_ms:
+        return result
+    return EvalResult(MODEL_ERROR, f"the estimated latency {result.latency_ms:.4g} ms is below {bound.latency_ms:.4g} ms, "
+                                   f"the time {bound.why} takes: the performance model mispriced this kernel "
+                                   "(a model error; please report it with the kernel)",
+                      latency_ms=result.latency_ms, profile=result.profile)
 
 
 def internal_error(exc: Exception) -> EvalResult:
