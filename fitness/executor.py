@@ -20,6 +20,11 @@ nothing else.
 A task whose worker or node dies is retried once by Ray (a system failure, `max_retries=1`);
 a second death is recorded as `crashed`, and the run goes on. Ray is optional: it is imported
 only here, only when the Ray executor is chosen.
+
+The reference data holds the expected outputs of every seed, held-out ones included, so it
+stays with its user: a local instance listens on the loopback address only, its token is
+readable by the user alone, and each evaluator's folders on the nodes are removed when it
+closes (those of a killed run when the next run starts on that node, see `reference_root`).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import hashlib
 import json
 import logging
 import os
+import secrets
 import shutil
 import tempfile
 import threading
@@ -89,6 +95,7 @@ class RayEvaluator(service.Evaluator):
     def __init__(self, settings: EvalSettings, run_dir: Path | None = None) -> None:
         self._ray = ray = import_ray()
         self._owns_ray = connect(ray, settings)
+        self._token = secrets.token_hex(8)      # names this evaluator's reference folders on the nodes
         self._packed: dict[ProblemSpec, tuple[str, list[tuple[str, SeedData]], Any]] = {}
         self._packing = threading.Lock()
         self._board: Any = None
@@ -116,8 +123,9 @@ class RayEvaluator(service.Evaluator):
         digest, cases, files = self._references(spec)
         return {"spec": spec, "source": source, "settings": self.settings, "backend": self.backend,
                 "target": self.target, "host": self._host, "options": self._worker_options(),
-                "references": [digest, cases, [files]], "version": self._version, "artifacts": self.run_dir is not None,
-                "board": self._progress_board(), "label": service.kernel_id(source)[:8]}
+                "references": [self._token, digest, cases, [files]], "version": self._version,
+                "artifacts": self.run_dir is not None, "board": self._progress_board(),
+                "label": service.kernel_id(source)[:8]}
 
     def _compute(self, spec: ProblemSpec, source: str) -> EvalResult:
         ray = self._ray
@@ -189,8 +197,25 @@ class RayEvaluator(service.Evaluator):
                 ray.kill(self._board)
             except Exception:  # noqa: BLE001
                 pass
+        if self._packed:
+            self._remove_references()
         if self._owns_ray:
             ray.shutdown()
+
+    def _remove_references(self) -> None:
+        """Removes this evaluator's reference folder on every node (one task per live node,
+        waited for up to a minute; a folder left behind goes with its raylet, see
+        `reference_root`)."""
+        ray = self._ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        remove = ray.remote(num_cpus=0, max_retries=0)(remove_references)
+        try:
+            refs = [remove.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False))
+                    .remote(self._token) for node in ray.nodes() if node["Alive"]]
+            ray.wait(refs, num_returns=len(refs), timeout=60)
+        except Exception:  # noqa: BLE001 - closing must not fail on a node that went away
+            pass
 
 
 def connect(ray: Any, settings: EvalSettings) -> bool:
@@ -204,7 +229,7 @@ def connect(ray: Any, settings: EvalSettings) -> bool:
         if address:
             ray.init(address=address, log_to_driver=False)
         else:
-            ray.init(**local_instance(settings.workers))
+            start_local(ray, settings.workers)
     except Exception as exc:  # noqa: BLE001 - ray raises several types; one line says why
         where = f"join the Ray cluster at {address!r}" if address else "start a local Ray instance"
         text = str(exc).strip().splitlines()
@@ -214,14 +239,61 @@ def connect(ray: Any, settings: EvalSettings) -> bool:
 
 
 def local_instance(cpus: int, **extra: Any) -> dict[str, Any]:
-    """`ray.init` arguments of a single-machine instance: on the loopback address (Ray may
-    advertise the host's own address instead), without the dashboard or Ray's info messages,
-    `cpus` CPUs; its workers import this checkout."""
+    """`ray.init` arguments of a single-machine instance: on the loopback address, without the
+    dashboard or Ray's info messages, `cpus` CPUs; its workers import this checkout."""
     root = str(Path(__file__).resolve().parents[1])
     path = os.pathsep.join([root, *([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])])
     return {"address": "local", "num_cpus": cpus, "include_dashboard": False, "_node_ip_address": "127.0.0.1",
             "log_to_driver": False, "logging_level": logging.WARNING,
             "runtime_env": {"env_vars": {"PYTHONPATH": path}}, **extra}
+
+
+def start_local(ray: Any, cpus: int, **extra: Any) -> None:
+    """Start the single-machine instance of `local_instance(cpus, **extra)` so that only this
+    user can reach it: every process listens on 127.0.0.1 alone, and its token file is the
+    user's alone (`private_token`)."""
+    from ray._private import ray_constants
+
+    private_token()
+    # ray.init replaces a loopback _node_ip_address with the host's own address unless "Ray
+    # clusters" are off (services.resolve_ip_for_localhost -> get_node_ip_address reads
+    # ray_constants.ENABLE_RAY_CLUSTER, from RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER at import); the
+    # GCS, the raylet and every worker listen on all interfaces unless that address is
+    # 127.0.0.1. So the flag is off while this process starts its own instance, and only then.
+    enabled = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        ray.init(**local_instance(cpus, **extra))
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = enabled
+    if ray.util.get_node_ip_address() != "127.0.0.1":   # a Ray release that resolves it otherwise
+        ray.shutdown()
+        raise RuntimeError("Ray did not keep the instance on the loopback address")
+
+
+def private_token() -> None:
+    """Make the token file a local instance will use readable by the user alone. Ray 2.60 turns
+    token authentication on for an instance `ray.init` starts (unless RAY_AUTH_MODE says
+    otherwise) and, without RAY_AUTH_TOKEN, reads the token from RAY_AUTH_TOKEN_PATH or else
+    ~/.ray/auth_token, which it writes when missing with the umask's mode: readable by every
+    local user (authentication_token_setup.generate_and_save_token). So a missing
+    ~/.ray/auth_token is written here first, as Ray would (256 random bits) but with mode
+    0600, and the file in use loses any group and other bits."""
+    if os.environ.get("RAY_AUTH_MODE", "token").lower() != "token" or os.environ.get("RAY_AUTH_TOKEN"):
+        return
+    chosen = os.environ.get("RAY_AUTH_TOKEN_PATH")
+    path = Path(chosen) if chosen else Path.home() / ".ray" / "auth_token"
+    if not chosen and not path.exists():
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:   # written meanwhile by another process
+            pass
+        else:
+            with os.fdopen(fd, "w") as out:
+                out.write(secrets.token_hex(32))
+    if path.exists():
+        path.chmod(path.stat().st_mode & 0o700)
 
 
 # -- reference data through the object store -------------------------------------------------
@@ -245,24 +317,39 @@ def pack_references(spec: ProblemSpec,
     return hashlib.sha256(blob.encode()).hexdigest()[:24], packed_cases, files
 
 
-_unpacked: dict[str, list[service.Case]] = {}
+_unpacked: dict[Path, list[service.Case]] = {}
 _unpack_lock = threading.Lock()
 
 
-def node_cases(digest: str, cases: list[tuple[str, SeedData]], holder: list[Any]) -> list[service.Case]:
+def reference_root(token: str) -> Path:
+    """This node's reference folder of the evaluator `token`. Named for this node's raylet,
+    the process on the node that lives as long as the Ray instance (and, on an instance the
+    driver started, as long as the driver): `service.sweep_orphans` removes the folders of
+    dead ones, so a killed run's go when the next run starts on the node (its driver there,
+    or its first evaluation)."""
+    raylet = os.environ.get("RAY_RAYLET_PID") or os.getppid()   # Ray sets it for the processes it starts
+    return Path(tempfile.gettempdir()) / f"accelopt-evo-{raylet}-ray-references-{token}"
+
+
+def remove_references(token: str) -> None:
+    """Removes this node's reference folder of the evaluator `token` (a task, when it closes)."""
+    shutil.rmtree(reference_root(token), ignore_errors=True)
+
+
+def node_cases(token: str, digest: str, cases: list[tuple[str, SeedData]], holder: list[Any]) -> list[service.Case]:
     """The cases of packed reference data with the paths of its files, unpacked once per node
-    into a node-local folder (read-only files; a folder appears complete or not at all); only
-    then are the files fetched from the object store."""
+    and evaluator into a node-local folder only the user can read (read-only files; a folder
+    appears complete or not at all); only then are the files fetched from the object store."""
+    root = reference_root(token)
+    folder = root / digest
     with _unpack_lock:
-        if digest in _unpacked:
-            return _unpacked[digest]
-        root = Path(tempfile.gettempdir()) / f"accelopt-evo-ray-references-{os.getuid()}"
-        folder = root / digest
+        if folder in _unpacked and (folder / ".complete").is_file():
+            return _unpacked[folder]
         if not (folder / ".complete").is_file():
             import ray
 
             files = ray.get(holder[0])
-            root.mkdir(parents=True, exist_ok=True)
+            root.mkdir(mode=0o700, exist_ok=True)
             work = Path(tempfile.mkdtemp(dir=root, prefix=".unpack-"))
             for name, blob in files.items():
                 path = work / name
@@ -277,10 +364,12 @@ def node_cases(digest: str, cases: list[tuple[str, SeedData]], holder: list[Any]
 
         def local(path: Any) -> Any:
             return str(folder / path) if isinstance(path, str) else path
-        _unpacked[digest] = [service.Case(label, SeedData(d.seed, tuple(local(p) for p in d.inputs),
+        for gone in [f for f in _unpacked if not f.is_dir()]:   # of evaluators closed since
+            del _unpacked[gone]
+        _unpacked[folder] = [service.Case(label, SeedData(d.seed, tuple(local(p) for p in d.inputs),
                                                           tuple(local(p) for p in d.expected), d.family))
                              for label, d in cases]
-        return _unpacked[digest]
+        return _unpacked[folder]
 
 
 # -- the task ----------------------------------------------------------------------------------
@@ -329,8 +418,8 @@ def _judge(job: dict[str, Any], name: str, artifacts: dict[str, bytes]) -> EvalR
             if job["artifacts"]:
                 artifacts.update({Path(n).name: (workdir / n).read_bytes() for n in names if (workdir / n).is_file()})
 
-        digest, cases, holder = job["references"]
-        result = service.judge_cases(spec, source, lambda: node_cases(digest, cases, holder), job["settings"],
+        token, digest, cases, holder = job["references"]
+        result = service.judge_cases(spec, source, lambda: node_cases(token, digest, cases, holder), job["settings"],
                                      launcher, running=running, keep=keep)
     result.dialect = dialect
     return result

@@ -1,18 +1,26 @@
 """The Ray executor on a real local Ray instance (127.0.0.1, one for the whole module: it takes
 seconds to start): the same verdicts and checkpoints as the local executor, a Ray worker killed
 mid-evaluation (retried, then crashed when it dies again), the NeuronCore reservation of the
-trainium backend, and the one-line error without Ray. silu at its tiny shape."""
+trainium backend, and the one-line error without Ray. silu at its tiny shape. Whole Ray runs in
+their own processes: what their instance listens on, its token file, and that no reference
+folder outlives a run, even one killed."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import ipaddress
 import json
 import os
 import re
 import signal
+import socket
+import subprocess
 import sys
+import tempfile
 import threading
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -36,13 +44,14 @@ RAY = dataclasses.replace(LOCAL, executor="ray")
 CORPUS = [kernels.SILU, kernels.CONSTANT_OUTPUT, kernels.IMPORT_GC, kernels.SYNTAX_ERROR, kernels.NKI_RULE_BROKEN]
 WHERE = ("seconds", "worker", "host", "cached")   # what may differ between executors
 TASK_TITLE = b"ray::evaluate_task"
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def ray_instance():
     """A local Ray instance with two CPUs and two (custom) NeuronCores; evaluators use it as it is."""
     ray = pytest.importorskip("ray")
-    ray.init(**executor.local_instance(2, resources={"neuron_cores": 2}))
+    executor.start_local(ray, 2, resources={"neuron_cores": 2})
     yield ray
     ray.shutdown()
 
@@ -183,6 +192,180 @@ def test_without_ray_the_executor_is_one_line_and_exit_status_2(monkeypatch, cap
     err = capsys.readouterr().err
     assert code == 2
     assert err.strip().splitlines() == ['error: evaluation.executor = "ray" needs Ray: pip install -e \'.[ray]\'']
+
+
+# -- a Ray run of its own: listeners, token, reference folders -----------------------------------
+# A driver process that evaluates silu on the local Ray instance it starts, says so on stdout,
+# and closes its evaluator when a line arrives on stdin.
+DRIVER = """
+import json, sys
+from fitness import executor
+from fitness.settings import EvalSettings
+from nkibench.registry import make_spec
+
+settings = EvalSettings(backend="simulator", seeds=(0,), heldout_seeds=(90210,), timeout_s=20.0,
+                        memory_limit_mb=2048, workers=1, executor="ray")
+with executor.open_evaluator(settings) as ev:
+    print(json.dumps({"status": ev.evaluate(make_spec("silu", "tiny"), sys.argv[1]).status}), flush=True)
+    sys.stdin.readline()
+print("closed", flush=True)
+"""
+
+
+class Driver:
+    """A Ray run in its own process (DRIVER), with its own home folder (so its own token file)
+    and temporary folder (so the reference folders seen are its own); Ray's session folder stays
+    in /tmp (socket paths have a length limit)."""
+
+    def __init__(self, home: Path, tmp: Path) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "PYTHONPATH"))}
+        env.update(HOME=str(home), TMPDIR=str(tmp), RAY_TMPDIR="/tmp", PYTHONPATH=str(REPO))
+        self.proc = subprocess.Popen([sys.executable, "-c", DRIVER, kernels.SILU], cwd=REPO, env=env, text=True,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        try:
+            line = self.proc.stdout.readline()
+            assert line, "the driver ended before its evaluation"
+            assert json.loads(line)["status"] == "ok"
+        except BaseException:
+            self.proc.kill()
+            raise
+
+    def processes(self) -> list:
+        import psutil    # comes with Ray
+
+        root = psutil.Process(self.proc.pid)
+        return [root, *root.children(recursive=True)]
+
+    def close(self) -> None:
+        self.proc.stdin.write("\n")
+        self.proc.stdin.flush()
+        assert self.proc.stdout.readline().strip() == "closed"
+        assert self.proc.wait(timeout=60) == 0
+
+    def kill(self) -> None:
+        """SIGKILL, as a run killed from outside; returns when its raylet has followed it (Ray's
+        agents take a minute to notice, so they are killed here)."""
+        import psutil
+
+        processes = self.processes()
+        raylets = [p for p in processes if name_of(p) == "raylet"]
+        self.proc.kill()
+        self.proc.wait()
+        _, alive = psutil.wait_procs(raylets, timeout=60)
+        assert not alive, alive
+        for proc in processes:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc.kill()
+
+
+@pytest.fixture
+def drivers(tmp_path):
+    """.start() -> a Ray run, all of this test's runs with the same .home and .tmp folders;
+    those still running at the end are killed."""
+    pytest.importorskip("ray")
+    runs = types.SimpleNamespace(home=tmp_path / "home", tmp=tmp_path / "tmp", started=[])
+    runs.home.mkdir()
+    runs.tmp.mkdir()
+
+    def start() -> Driver:
+        runs.started.append(Driver(runs.home, runs.tmp))
+        return runs.started[-1]
+
+    runs.start = start
+    yield runs
+    for driver in runs.started:
+        if driver.proc.poll() is None:
+            driver.kill()
+
+
+def name_of(proc) -> str:
+    """The process's name; "" once it has ended."""
+    import psutil
+
+    try:
+        return proc.name()
+    except psutil.NoSuchProcess:
+        return ""
+
+
+def listening(processes: list) -> list[tuple[str, str, int]]:
+    """(process name, address, port) of every listening TCP and bound UDP socket of `processes`."""
+    import psutil
+
+    found = []
+    for proc in processes:
+        try:
+            for conn in proc.net_connections(kind="inet"):
+                if conn.status == psutil.CONN_LISTEN or (conn.type == socket.SOCK_DGRAM and conn.laddr):
+                    found.append((name_of(proc), conn.laddr.ip, conn.laddr.port))
+        except psutil.NoSuchProcess:
+            continue
+    return found
+
+
+def loopback(address: str) -> bool:
+    ip = ipaddress.ip_address(address)
+    return (getattr(ip, "ipv4_mapped", None) or ip).is_loopback
+
+
+def reference_folders(tmp: Path) -> list[Path]:
+    return sorted(tmp.glob("accelopt-evo-*ray-references*"))
+
+
+@pytest.mark.slow
+def test_a_ray_run_listens_on_loopback_only_keeps_its_token_private_and_leaves_no_references(drivers):
+    home, tmp = drivers.home, drivers.tmp
+    killed = drivers.start()
+    sockets = listening(killed.processes())
+    assert len(sockets) >= 3, sockets          # at least the GCS, the raylet and the driver
+    assert [s for s in sockets if not loopback(s[1])] == [], sockets
+    token = home / ".ray" / "auth_token"
+    assert token.is_file() and token.stat().st_mode & 0o077 == 0, oct(token.stat().st_mode)
+    stale = reference_folders(tmp)
+    assert stale                                # the reference data its Ray worker unpacked
+    killed.kill()                               # a killed run leaves its folders behind...
+    assert reference_folders(tmp) == stale
+    run = drivers.start()                       # ...which the next run removes when it starts
+    assert not set(stale) & set(reference_folders(tmp))
+    assert reference_folders(tmp)               # (its own)
+    run.close()
+    assert reference_folders(tmp) == []         # and its own when it closes
+
+
+def test_the_token_file_of_a_local_instance_is_made_private_and_kept(monkeypatch, tmp_path):
+    for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    token = tmp_path / ".ray" / "auth_token"
+    executor.private_token()                    # a new one: the user's alone, as Ray writes it
+    assert token.stat().st_mode & 0o777 == 0o600 and re.fullmatch(r"[0-9a-f]{64}", token.read_text())
+    token.write_text("kept")
+    token.chmod(0o644)                          # one Ray wrote earlier: readable by everyone
+    executor.private_token()
+    assert token.stat().st_mode & 0o777 == 0o600 and token.read_text() == "kept"
+    chosen = tmp_path / "elsewhere"
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(chosen))
+    executor.private_token()                    # a file the user names is never written
+    assert not chosen.exists()
+    token.chmod(0o644)
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    executor.private_token()                    # nor anything touched without token authentication
+    assert token.stat().st_mode & 0o777 == 0o644
+
+
+def test_an_evaluator_removes_its_references_when_it_closes_and_the_next_one_unpacks_its_own(ray_instance):
+    def folders(ev) -> list[Path]:
+        return list(Path(tempfile.gettempdir()).glob(f"accelopt-evo-*-ray-references-{ev._token}"))
+
+    with executor.open_evaluator(RAY) as first:
+        assert first.evaluate(SPEC, variant(5)).ok
+        assert folders(first)
+    assert folders(first) == []
+    # the same Ray workers, the same reference data: unpacked again for the new evaluator
+    with executor.open_evaluator(RAY) as second:
+        assert second.evaluate(SPEC, variant(6)).ok
+        assert folders(second) and folders(second) != folders(first)
+    assert folders(second) == []
 
 
 # -- whole runs ---------------------------------------------------------------------------------
