@@ -199,6 +199,16 @@ class OfficialProblem(Problem):
         references give in the built-in order (they add scalars such as `eps`)."""
         return tuple(getattr(self.builtin, "FAMILIES", ())) if self.builtin is not None else ()
 
+    @property
+    def reference_source(self) -> str:
+        """The whole reference module, as AccelOpt shows it: `forward` with the input
+        generation, the input and output transforms and the shape constants around it (an
+        official kernel's own code, compiler-generated, names none of them)."""
+        try:
+            return self.reference_path.read_text()
+        except OSError as e:
+            raise SuiteError(f"reference module {self.reference_path}: cannot be read ({e})") from None
+
     def reference(self, *inputs: np.ndarray) -> tuple[np.ndarray, ...]:
         return as_tuple(self._call("forward", *inputs))
 
