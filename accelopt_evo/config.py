@@ -27,9 +27,13 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 from fitness.settings import BACKENDS, EXECUTORS, TARGETS, EvalSettings
 from nkibench.problem import DIALECT_OF_NAME
 from operators.llm.settings import ROLES as LLM_ROLES
+from operators.llm.settings import LATER_DEFAULTS as LLM_LATER_DEFAULTS
 from operators.llm.settings import BudgetSettings, LLMSettings, RoleSettings
+from operators.llm.settings import problems as llm_problems
 
 from .errors import UserError
+from .memory import BALANCED as MEMORY_DEFAULT_POLICY
+from .memory import POLICIES as MEMORY_POLICIES
 
 SELECTION_METHODS = ("tournament", "best", "roulette", "double_tournament")
 OPERATOR_KINDS = ("auto", "llm", "tuning")
@@ -41,7 +45,8 @@ DIALECT_CHOICES = ("auto",) + tuple(DIALECT_OF_NAME)
 # so that run folders of earlier releases keep their hash (and resume).
 LATER_DEFAULTS = {"run.dialect": "auto", "run.mode": "generational", "run.max_in_flight": 4,
                   "evaluation.calibration": EvalSettings.calibration, "evaluation.executor": EvalSettings.executor,
-                  "evaluation.ray_address": EvalSettings.ray_address}
+                  "evaluation.ray_address": EvalSettings.ray_address, "memory.policy": MEMORY_DEFAULT_POLICY,
+                  **LLM_LATER_DEFAULTS}
 
 
 @dataclass
@@ -94,6 +99,10 @@ class MemorySection:
     improve_threshold: float = 1.04
     regress_threshold: float = 1.15
     path: str = ""                       # memory.json of an earlier run to start from
+    # Which lessons the memory keeps: "balanced" (improvements keep half of it, nothing is evicted
+    # in the generation it was paid for, problems share it) | "accelopt" (AccelOpt's rules: at
+    # most per_generation // 2 improvements, a random sample of older entries); see memory.py.
+    policy: str = MEMORY_DEFAULT_POLICY
 
 
 @dataclass
@@ -318,11 +327,13 @@ def _check(cfg: Config) -> Config:
     need(m.per_generation >= 0, "memory.per_generation", "must be >= 0")
     need(m.improve_threshold >= 1.0, "memory.improve_threshold", "must be >= 1")
     need(m.regress_threshold >= 1.0, "memory.regress_threshold", "must be >= 1")
+    need(m.policy in MEMORY_POLICIES, "memory.policy", f"must be one of {', '.join(MEMORY_POLICIES)}")
     need(cfg.operators.kind in OPERATOR_KINDS, "operators.kind", f"must be one of {', '.join(OPERATOR_KINDS)}")
     need(0.0 <= cfg.operators.llm_fraction <= 1.0, "operators.llm_fraction", "must be in [0, 1]")
     llm = cfg.llm
     need(llm.max_concurrency >= 1, "llm.max_concurrency", "must be >= 1")
-    need(llm.timeout_s > 0, "llm.timeout_s", "must be > 0")
+    for key, what in llm_problems(llm)[:1]:   # timeouts and completion budgets, per role too
+        need(False, key, what)
     need(llm.max_retries >= 0, "llm.max_retries", "must be >= 0")
     need(llm.plans_per_parent >= 1, "llm.plans_per_parent", "must be >= 1")
     need(llm.samples_per_plan >= 1, "llm.samples_per_plan", "must be >= 1")

@@ -9,7 +9,7 @@ import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import numpy as np
 from tqdm import tqdm
@@ -34,6 +34,10 @@ from .records import (LEGACY_SCHEMA, SETTINGS_SINCE_SCHEMA_2, Checkpoint, Heldou
                       rewrite_evaluations, write_checkpoint, write_heldout, write_memory_file)
 from .runfolder import RunFolder
 from .steady import AsyncEvolution
+
+if TYPE_CHECKING:
+    from operators.llm.ledger import CallRecord, Ledger
+    from operators.llm.settings import LLMSettings
 
 
 # --------------------------------------------------------------------------------------------
@@ -133,7 +137,9 @@ def new_heldout(cfg: Config) -> HeldoutSeeds:
 
 def choose_operators(cfg: Config, run_dir: Path | None, check: bool = True) -> tuple[Operators | None, str]:
     """The operator set for `operators.kind`, and a sentence saying why. With LLM operators the
-    endpoint is checked first, so an unreachable one stops the run before anything is spent."""
+    endpoint is checked first and every distinct (endpoint, model, parameters) of the roles in
+    use gets one minimal real completion (`preflight_llm`), so an unreachable endpoint or a
+    refused parameter stops the run in one line before anything else is spent."""
     from operators.llm.mixing import resolve_kind
 
     kind, why = resolve_kind(cfg.operators.kind, cfg.llm.base_url)
@@ -147,8 +153,10 @@ def choose_operators(cfg: Config, run_dir: Path | None, check: bool = True) -> t
             llm.check_endpoint(settings.llm)
         except llm.EndpointError as exc:
             raise UserError(str(exc)) from None
+        preflight_llm(cfg, settings.llm, run_dir)
     if run_dir is None:
         return None, why
+    _ledger_preflights(settings.llm, run_dir, _UNRECORDED_PREFLIGHTS.pop(cfg.hash(), []))
     ops = llm.LLMOperators(settings.llm, settings.budget, run_dir)
     if cfg.operators.llm_fraction < 1.0:
         share = f"{cfg.operators.llm_fraction:.0%} of requests to the LLM, the rest to knob tuning"
@@ -156,13 +164,60 @@ def choose_operators(cfg: Config, run_dir: Path | None, check: bool = True) -> t
     return ops, why
 
 
+# Preflight calls of a check made before the run folder existed (`start_run`), by configuration
+# hash, until the folder's ledger records them.
+_UNRECORDED_PREFLIGHTS: dict[str, list[CallRecord]] = {}
+
+
+def llm_roles_in_use(cfg: Config) -> tuple[str, ...]:
+    """The LLM roles a run of `cfg` calls (a role whose operator is switched off is not)."""
+    v, m = cfg.variation, cfg.memory
+    used = {"planner": v.mutation_prob > 0, "implementer": v.mutation_prob > 0, "crossover": v.crossover_prob > 0,
+            "repair": v.repair_attempts > 0, "summarizer": m.capacity > 0 and m.per_generation > 0}
+    return tuple(role for role in config_mod.LLM_ROLES if used[role])
+
+
+def preflight_llm(cfg: Config, settings: LLMSettings, run_dir: Path | None) -> None:
+    """One minimal real completion per distinct (endpoint, model, parameters) of the roles in
+    use; a refused parameter is a UserError naming it and the config key that set it. Its calls
+    go to the run folder's ledger (billed like any call), where a resume finds the ones already
+    answered and does not send them again; without a folder yet they wait for it."""
+    from operators import llm
+
+    done = _ledger(settings, run_dir).records() if run_dir is not None else []
+    try:
+        records = llm.preflight(settings, llm_roles_in_use(cfg), done=done)
+    except llm.PreflightError as exc:
+        _ledger_preflights(settings, run_dir, exc.records)
+        raise UserError(str(exc)) from None
+    if run_dir is None:
+        _UNRECORDED_PREFLIGHTS[cfg.hash()] = records
+    _ledger_preflights(settings, run_dir, records)
+
+
+def _ledger(settings: LLMSettings, run_dir: Path) -> Ledger:
+    from operators.llm.ledger import LEDGER_FILE, Ledger
+
+    return Ledger(run_dir / LEDGER_FILE, secrets=[settings.api_key()])
+
+
+def _ledger_preflights(settings: LLMSettings, run_dir: Path | None, records: list[CallRecord]) -> None:
+    """Append preflight `records` to the ledger of `run_dir` (none yet: nothing)."""
+    if run_dir is not None:
+        ledger = _ledger(settings, run_dir)
+        for record in records:
+            ledger.append(record)
+
+
 def new_memory(cfg: Config, seed: bool = True) -> OptimizationMemory:
-    """An empty memory, seeded from `memory.path` when `seed` and a path is set."""
+    """An empty memory under the configured policy, seeded from `memory.path` when `seed` and
+    a path is set (a resume restores its checkpoint's entries instead)."""
     m = cfg.memory
-    memory = OptimizationMemory(m.capacity, m.per_generation, m.improve_threshold, m.regress_threshold)
+    memory = OptimizationMemory(m.capacity, m.per_generation, m.improve_threshold, m.regress_threshold,
+                                policy=m.policy, seed=cfg.run.seed)
     if seed and m.path:
         try:
-            memory.load_entries(OptimizationMemory.read_file(m.path))
+            memory.start_from(OptimizationMemory.read_file(m.path))
         except (ValueError, TypeError) as exc:
             raise UserError(f"memory.path: {exc}") from None
     return memory

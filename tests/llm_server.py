@@ -13,12 +13,20 @@ API. Replies come from a *responder* (a function of the request); the default on
 
 The role and sample come from the `X-Accelopt-Role` / `X-Accelopt-Sample` headers the LLM
 client sends. Faults (`Fault`) are consumed by matching requests in arrival order: an HTTP
-status with an optional Retry-After, a slow reply, malformed JSON, a closed connection.
-`pause()` closes the listening socket and every open connection (connection refused) until
-`resume()` listens again on the same port.
+status with an optional Retry-After, a slow reply, malformed JSON, a closed connection. A fault
+without a role is meant for the operators' calls: the preflight call a run sends first (role
+"preflight") takes only the faults that name its role. `pause()` closes the listening socket
+and every open connection (connection refused) until `resume()` listens again on the same port.
+
+With `reasoning=ReasoningModel()` the server behaves as a reasoning model: a `temperature`
+other than 1 is refused with OpenAI's 400 (`unsupported_value`, param "temperature"), every
+reply carries `reasoning_content` (holding a decoy kernel draft, which is never the answer)
+and usage with `completion_tokens_details.reasoning_tokens` (inside `completion_tokens`, as
+OpenAI counts them), and a completion budget (`max_completion_tokens` or `max_tokens`) below
+`min_budget` is spent on reasoning: `finish_reason` "length" with empty content.
 
 Usage counts are the server's own: whitespace/punctuation pieces of the text (a stand-in for a
-tokenizer), reported in `usage` and summed in `totals()` for successful replies.
+tokenizer), reported in `usage` and summed in `totals()` for the replies it answered.
 
 Use: the `llm_server` pytest fixture (re-exported by tests/operators/conftest.py), or
 `with ScriptedLLMServer() as server: ...`; tests/ is on sys.path under pytest, so other test
@@ -40,6 +48,10 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
+PREFLIGHT_ROLE = "preflight"
+TEMPERATURE_REFUSAL = ("Unsupported value: 'temperature' does not support {value} with this model. Only the "
+                       "default (1) value is supported.")
+DECOY = "DRAFT-FROM-REASONING"   # in every reasoning text: a reply that shows it took the reasoning
 TOKEN_RE = re.compile(r"\w+|[^\w\s]")
 KNOB_RE = re.compile(r"^(?P<name>[A-Z][A-Z0-9_]*)\s*=\s*(?P<value>-?\d+)\s*#\s*tune:\s*(?P<values>[-\d,\s]+)$", re.M)
 PLAN_RE = re.compile(r"set ([A-Z][A-Z0-9_]*) from (-?\d+) to (-?\d+)")
@@ -67,6 +79,14 @@ class Fault:
     delay_s: float = 0.0
     role: str | None = None
     times: int = 1
+
+
+@dataclass(frozen=True)
+class ReasoningModel:
+    """How the server answers as a reasoning model (see the module docstring)."""
+
+    reasoning_tokens: int = 48       # spent on reasoning by a reply that fits its budget
+    min_budget: int = 256            # a smaller completion budget is all spent on reasoning
 
 
 @dataclass(frozen=True)
@@ -99,10 +119,13 @@ class Exchange:
     """One chat request and what the server did with it."""
 
     request: ChatRequest
-    outcome: str   # "ok", "slow", "no_usage", "status 429", "malformed", "close", "abandoned"
+    # "ok", "slow", "no_usage", "length" (cut at its budget), "status 429", "malformed", "close",
+    # "abandoned"
+    outcome: str
     prompt_tokens: int = 0
-    completion_tokens: int = 0
+    completion_tokens: int = 0       # reasoning tokens included
     content: str = ""
+    reasoning_tokens: int = 0
 
 
 Responder = Callable[[ChatRequest], str]
@@ -287,25 +310,45 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 owner._log(Exchange(request, "abandoned"))
                 self.close_connection = True
                 return
-        content = owner.responder(request)
+        reasoning = owner.reasoning
+        if reasoning is not None and body.get("temperature", 1) != 1:
+            owner._log(Exchange(request, "status 400"))
+            self._send_json(400, {"error": {"message": TEMPERATURE_REFUSAL.format(value=body["temperature"]),
+                                            "type": "invalid_request_error", "param": "temperature",
+                                            "code": "unsupported_value"}})
+            return
+        message: dict[str, Any] = {"role": "assistant"}
+        finish, reasoning_tokens = "stop", 0
+        budget = body.get("max_completion_tokens", body.get("max_tokens"))
+        if reasoning is not None and budget is not None and budget < reasoning.min_budget:
+            content, finish, reasoning_tokens = "", "length", budget
+        else:
+            content = owner.responder(request)
+            if reasoning is not None:
+                reasoning_tokens = reasoning.reasoning_tokens
+        if reasoning is not None:
+            message["reasoning_content"] = (f"The user wants a kernel. A first draft ({DECOY}):\n```python\n"
+                                            "def kernel(x):\n    return x\n```\n")
+        message["content"] = content
         prompt_tokens = sum(count_tokens(str(m.get("content", ""))) + 4 for m in request.messages)
-        completion_tokens = count_tokens(content)
+        completion_tokens = count_tokens(content) + reasoning_tokens
         payload: dict[str, Any] = {
             "id": f"chatcmpl-{_digest(content, str(time.monotonic_ns())) & 0xFFFFFF:06x}",
             "object": "chat.completion",
             "created": int(time.time()),
             "model": body.get("model", ""),
-            "choices": [{"index": 0, "finish_reason": "stop",
-                         "message": {"role": "assistant", "content": content}}],
+            "choices": [{"index": 0, "finish_reason": finish, "message": message}],
         }
         no_usage = fault is not None and fault.kind == "no_usage"
         if not no_usage:
             payload["usage"] = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                                 "total_tokens": prompt_tokens + completion_tokens}
-        outcome = "no_usage" if no_usage else ("slow" if fault is not None else "ok")
+            if reasoning is not None:
+                payload["usage"]["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
+        outcome = "no_usage" if no_usage else ("slow" if fault is not None else "ok" if finish == "stop" else finish)
         # Logged before the reply goes out, so a client that has its answer finds it logged.
         owner._log(Exchange(request, outcome, 0 if no_usage else prompt_tokens,
-                            0 if no_usage else completion_tokens, content))
+                            0 if no_usage else completion_tokens, content, 0 if no_usage else reasoning_tokens))
         self._send_json(200, payload)
 
 
@@ -319,9 +362,11 @@ class ScriptedLLMServer:
     """The test server; see the module docstring."""
 
     def __init__(self, responder: Responder | None = None, models: tuple[str, ...] = ("test-model",),
-                 require_key: str | None = None, delay_s: float = 0.0) -> None:
+                 require_key: str | None = None, delay_s: float = 0.0,
+                 reasoning: ReasoningModel | None = None) -> None:
         self.responder: Responder = responder or knob_responder
         self.models = models
+        self.reasoning = reasoning       # answer as a reasoning model (see the module docstring)
         self.require_key = require_key   # answer 401 unless "Authorization: Bearer <key>"
         self.delay_s = delay_s           # added to every chat reply (to observe concurrency)
         self.in_flight = 0
@@ -389,7 +434,9 @@ class ScriptedLLMServer:
     def _take_fault(self, role: str) -> Fault | None:
         with self._lock:
             for fault in self._faults:
-                if fault.times > 0 and (fault.role is None or fault.role == role):
+                # A fault without a role is for the operators' calls, not the preflight.
+                matches = fault.role == role if fault.role is not None else role != PREFLIGHT_ROLE
+                if fault.times > 0 and matches:
                     fault.times -= 1
                     if fault.times == 0:
                         self._faults.remove(fault)
@@ -425,8 +472,8 @@ class ScriptedLLMServer:
 
     @property
     def answered(self) -> list[Exchange]:
-        """Chat requests answered with a completion (with or without usage)."""
-        return [e for e in self.exchanges if e.outcome in ("ok", "slow", "no_usage")]
+        """Chat requests answered with a completion (with or without usage, cut or whole)."""
+        return [e for e in self.exchanges if e.outcome in ("ok", "slow", "no_usage", "length")]
 
     @property
     def headers_seen(self) -> list[dict[str, str]]:
@@ -438,7 +485,8 @@ class ScriptedLLMServer:
         answered = self.answered
         return {"calls": len(answered),
                 "prompt_tokens": sum(e.prompt_tokens for e in answered),
-                "completion_tokens": sum(e.completion_tokens for e in answered)}
+                "completion_tokens": sum(e.completion_tokens for e in answered),
+                "reasoning_tokens": sum(e.reasoning_tokens for e in answered)}
 
 
 @pytest.fixture

@@ -7,6 +7,8 @@ Public API:
   MixedOperators(llm, tuning, llm_fraction)  LLM and tuning operators in one population
   resolve_kind(kind, base_url)               'llm' or 'tuning' for operators.kind, with a reason
   check_endpoint(settings)                   raises EndpointError (one line) if nothing answers
+  preflight(settings, roles)                 one minimal call per endpoint, model and parameters;
+                                             raises PreflightError naming a refused parameter
   extract_kernel(reply), make_diff(a, b)     helpers the engine may reuse
 
 The names load on first use, so that reading the settings types (the run configuration does)
@@ -20,6 +22,7 @@ from typing import Any
 
 _HOMES = {
     "EndpointError": "client", "check_endpoint": "client", "extract_kernel": "extract",
+    "PreflightError": "client", "preflight": "client",
     "MixedOperators": "mixing", "resolve_kind": "mixing", "CROSSOVER_OP": "operators", "MUTATION_OP": "operators",
     "REPAIR_OP": "operators", "LLMOperators": "operators", "make_diff": "prompts",
     "BudgetSettings": "settings", "LLMSettings": "settings", "Settings": "settings",

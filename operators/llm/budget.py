@@ -19,12 +19,15 @@ from .settings import BudgetSettings
 
 @dataclass(frozen=True)
 class Totals:
-    """Billed use: completed, non-cached calls and the usage the server reported."""
+    """Billed use: completed, non-cached calls and the usage the server reported. Completion
+    tokens include the reasoning tokens (so `budget.max_tokens` counts them); `reasoning_tokens`
+    says how many of them were reasoning."""
 
     calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost_usd: float = 0.0
+    reasoning_tokens: int = 0
 
     @property
     def tokens(self) -> int:
@@ -32,7 +35,8 @@ class Totals:
 
     def plus(self, other: "Totals") -> "Totals":
         return Totals(self.calls + other.calls, self.prompt_tokens + other.prompt_tokens,
-                      self.completion_tokens + other.completion_tokens, self.cost_usd + other.cost_usd)
+                      self.completion_tokens + other.completion_tokens, self.cost_usd + other.cost_usd,
+                      self.reasoning_tokens + other.reasoning_tokens)
 
 
 @dataclass(frozen=True)

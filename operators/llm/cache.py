@@ -4,7 +4,10 @@ A reply is stored under the sha256 of (model, messages, sampling parameters, sam
 one JSON file per key in `llm_cache/<2 hex>/<key>.json`, written atomically. The sample index
 tells apart identical requests that must get independent replies (several samples of one
 plan, the same parent drawn twice); it is assigned in a deterministic order, never by time.
-Only successful replies are stored.
+The parameters are those the request carries (client.ChatCall.params): an unset setting is
+in neither the request nor the key, so the keys of a run folder of an earlier release, whose
+calls always carried the temperature its config.toml records, stay what they were. Only
+successful replies are stored, never one cut at its completion budget.
 """
 
 from __future__ import annotations
@@ -65,6 +68,10 @@ class ResponseCache:
             return None
 
     def put(self, key: str, reply: CachedReply) -> None:
+        """Store `reply` under `key`; a reply cut at its budget (finish_reason "length") is not
+        stored, so a resumed run asks again rather than replaying a truncated answer."""
+        if reply.finish_reason == "length":
+            return
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")

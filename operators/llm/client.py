@@ -4,28 +4,45 @@ Built on the `openai` package with its own retries switched off: this module ret
 (waiting what Retry-After asks), 5xx, 408/409, timeouts, dropped connections and malformed
 replies, with exponential backoff and jitter, and returns one `ChatResult` that records every
 failed attempt. Replies are parsed from the raw body, so a broken reply is a status, never an
-exception. The API key is sent as the bearer token and appears in no result or error text.
+exception; only the message's `content` is returned (a reasoning model's `reasoning_content`
+or `reasoning` is never taken for the answer). A reply cut at its completion budget
+(finish_reason "length") is TRUNCATED, sent once more with the role's `max_tokens_retry` when
+it has one. A request carries only the parameters that are configured. `preflight` sends one
+minimal call per distinct endpoint, model and parameters before a run spends anything, and
+turns a refused parameter into one line naming the configuration key that set it. The API
+key is sent as the bearer token and appears in no result or error text.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import email.utils
 import json
 import random
+import re
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import openai
 
 from . import ledger
-from .settings import ROLES, LLMSettings
+from .budget import Totals
+from .cache import cache_key, prompt_hash
+from .settings import REQUEST_PARAMS, ROLES, LLMSettings, RequestSettings, RoleSettings
 
 ROLE_HEADER = "X-Accelopt-Role"
 SAMPLE_HEADER = "X-Accelopt-Sample"
 # Some local servers (vLLM, SGLang) accept any key; the client library insists on one.
 PLACEHOLDER_KEY = "EMPTY"
+# Request parameters that set the completion budget (a retry replaces both).
+BUDGET_PARAMS = ("max_completion_tokens", "max_tokens")
+# The preflight's one short message, the same for every endpoint.
+PREFLIGHT_MESSAGES: tuple[Mapping[str, str], ...] = ({"role": "user", "content": "Reply with the word OK."},)
+# Its sample index: before generation 0 (the ledger's generation -1), the only one of its kind.
+PREFLIGHT_SAMPLE = "-1/0"
+MAX_REASON_CHARS = 300      # of a server's error text in a preflight's one line
 
 
 class EndpointError(Exception):
@@ -34,33 +51,86 @@ class EndpointError(Exception):
 
 @dataclass(frozen=True)
 class ChatCall:
-    """One chat request as the operators describe it."""
+    """One chat request as the operators describe it; unset (None) settings are not sent."""
 
     role: str
     model: str
     base_url: str
     messages: tuple[Mapping[str, str], ...]
-    temperature: float
-    extra: Mapping[str, Any]
+    temperature: float | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)   # sent as extra_body; its keys win
     sample: str = ""
+    max_tokens: int | None = None            # sent as max_completion_tokens
+    max_tokens_retry: int | None = None      # the budget of the one retry after finish_reason "length"
+    reasoning_effort: str | None = None
+    timeout_s: float | None = None           # per attempt; None: the client's
+
+    @classmethod
+    def for_role(cls, settings: RoleSettings, messages: Iterable[Mapping[str, str]], sample: str = "") -> "ChatCall":
+        """A call of `settings.role` with that role's resolved request settings."""
+        values = {f.name: getattr(settings, f.name) for f in dataclasses.fields(RequestSettings)}
+        return cls(role=settings.role, messages=tuple(messages), sample=sample,
+                   **{**values, "extra": dict(settings.extra)})
 
     def params(self) -> dict[str, Any]:
-        """The sampling parameters that, with model, messages and sample, key the cache."""
-        return {"temperature": self.temperature, **dict(self.extra)}
+        """The request's parameters besides model and messages: the typed settings that are set,
+        under their request names, then `extra`. With model, messages and sample they key the
+        cache (so a call of an earlier release, which always sent its temperature, keeps its key)."""
+        typed = {param: getattr(self, name) for name, param in REQUEST_PARAMS.items() if getattr(self, name) is not None}
+        return {**typed, **dict(self.extra)}
+
+    def completion_cap(self) -> int | None:
+        """The completion budget the request carries (None: the server's)."""
+        params = self.params()
+        cap = next((params[k] for k in BUDGET_PARAMS if k in params), None)
+        return int(cap) if isinstance(cap, (int, float)) and cap > 0 else None
+
+    def with_budget(self, max_tokens: int) -> "ChatCall":
+        """This call with completion budget `max_tokens` (replacing one in `extra`) and no further retry."""
+        extra = {k: v for k, v in self.extra.items() if k not in BUDGET_PARAMS}
+        return dataclasses.replace(self, max_tokens=max_tokens, max_tokens_retry=None, extra=extra)
 
 
 @dataclass
 class ChatResult:
-    status: str                      # ledger.OK or a failure status
-    content: str | None = None
+    status: str                      # ledger.OK, ledger.TRUNCATED or a failure status
+    content: str | None = None       # the message's content only, never its reasoning
     prompt_tokens: int = 0
-    completion_tokens: int = 0
+    completion_tokens: int = 0       # reasoning tokens included
     finish_reason: str = ""
     served_model: str = ""
     error: str = ""                  # why it failed; on success, a remark (e.g. usage missing)
     attempts: int = 0
     retries: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    reasoning_tokens: int = 0        # the part of completion_tokens that was reasoning
+    param: str = ""                  # the request parameter a refusal names, as the server said
+
+    def spent(self, settings: LLMSettings) -> Totals:
+        """What this call cost (nothing unless the server answered)."""
+        billed = self.status in ledger.BILLED
+        return Totals(1 if billed else 0, self.prompt_tokens, self.completion_tokens,
+                      settings.cost_usd(self.prompt_tokens, self.completion_tokens), self.reasoning_tokens)
+
+    def after(self, earlier: "ChatResult", note: str) -> "ChatResult":
+        """This result of a call sent again after `earlier` (both billed), which `note` says why."""
+        return dataclasses.replace(
+            self, prompt_tokens=earlier.prompt_tokens + self.prompt_tokens,
+            completion_tokens=earlier.completion_tokens + self.completion_tokens,
+            reasoning_tokens=earlier.reasoning_tokens + self.reasoning_tokens,
+            attempts=earlier.attempts + self.attempts, retries=[*earlier.retries, note, *self.retries])
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What a chat completion body says."""
+
+    content: str | None
+    prompt_tokens: int | None        # None: the server reported no usage
+    completion_tokens: int | None    # reasoning tokens included
+    reasoning_tokens: int
+    finish_reason: str
+    model: str
 
 
 @dataclass(frozen=True)
@@ -69,6 +139,7 @@ class _Failure:
     message: str
     retryable: bool
     wait_s: float | None = None      # what the server asked for (Retry-After)
+    param: str = ""                  # the request parameter a refusal names
 
 
 def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> float | None:
@@ -94,10 +165,12 @@ def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> f
     return max(0.0, when - (time.time() if now is None else now))
 
 
-def parse_completion(body: str) -> tuple[str | None, int | None, int | None, str, str]:
-    """(content, prompt_tokens, completion_tokens, finish_reason, model) of a chat completion
-    body, the token counts None when the server reported no usage; raises ValueError when the
-    body is not a chat completion."""
+def parse_completion(body: str) -> Reply:
+    """The Reply of a chat completion body; raises ValueError when it is not one. Reasoning
+    tokens come from `usage.completion_tokens_details.reasoning_tokens` (absent: 0) and are
+    counted inside the completion tokens, as OpenAI reports them; a server whose
+    `total_tokens` shows them outside `completion_tokens` has them added, so either way they
+    are priced once, at the output price."""
     try:
         data = json.loads(body)
     except json.JSONDecodeError as exc:
@@ -112,11 +185,16 @@ def parse_completion(body: str) -> tuple[str | None, int | None, int | None, str
     if content is not None and not isinstance(content, str):
         raise ValueError("reply content is not text")
     usage = data.get("usage")
+    p_tok: int | None = None
+    c_tok: int | None = None
+    r_tok = 0
     if isinstance(usage, dict) and "prompt_tokens" in usage:
         p_tok, c_tok = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
-    else:
-        p_tok = c_tok = None
-    return content, p_tok, c_tok, str(choice.get("finish_reason") or ""), str(data.get("model") or "")
+        details = usage.get("completion_tokens_details")
+        r_tok = int(details.get("reasoning_tokens") or 0) if isinstance(details, dict) else 0
+        if r_tok and usage.get("total_tokens") == p_tok + c_tok + r_tok:
+            c_tok += r_tok       # reported beside the completion, not inside it
+    return Reply(content, p_tok, c_tok, r_tok, str(choice.get("finish_reason") or ""), str(data.get("model") or ""))
 
 
 def _cause(exc: BaseException) -> str:
@@ -141,7 +219,7 @@ def classify(exc: BaseException) -> _Failure:
             return _Failure(ledger.SERVER_ERROR, message, True, wait)
         if code in (408, 409):
             return _Failure(ledger.HTTP_ERROR, message, True, wait)
-        return _Failure(ledger.HTTP_ERROR, message, False)
+        return _Failure(ledger.HTTP_ERROR, message, False, param=str(exc.param or ""))
     return _Failure(ledger.CONNECTION_ERROR, f"{type(exc).__name__}: {exc}", True)
 
 
@@ -189,26 +267,35 @@ class ChatClient:
         return base * (0.5 + 0.5 * u)
 
     def complete(self, call: ChatCall) -> ChatResult:
-        """Send one call, retrying transient failures up to max_retries times."""
+        """Send one call, retrying transient failures up to max_retries times; a reply cut at
+        its completion budget is sent once more with the call's `max_tokens_retry` when it has
+        one (the result then carries the usage of both)."""
         start = time.monotonic()
+        result = self._attempts(call)
+        if result.status == ledger.TRUNCATED and call.max_tokens_retry:
+            note = f"{ledger.TRUNCATED}: {result.error}; sent again with max_tokens {call.max_tokens_retry}"
+            result = self._attempts(call.with_budget(call.max_tokens_retry)).after(result, note)
+        result.seconds = time.monotonic() - start
+        return result
+
+    def _attempts(self, call: ChatCall) -> ChatResult:
+        """Send `call` until it is answered, refused, or out of retries (seconds not set)."""
         client = self._client(call.base_url)
         retries: list[str] = []
         failure = _Failure(ledger.CONNECTION_ERROR, "not attempted", False)
+        timeout = {} if call.timeout_s is None else {"timeout": call.timeout_s}
         for attempt in range(self.max_retries + 1):
             try:
                 raw = client.chat.completions.with_raw_response.create(
-                    model=call.model, messages=list(call.messages), temperature=call.temperature,
-                    extra_body=dict(call.extra) or None,
-                    extra_headers={ROLE_HEADER: call.role, SAMPLE_HEADER: call.sample},
+                    model=call.model, messages=list(call.messages), extra_body=call.params() or None,
+                    extra_headers={ROLE_HEADER: call.role, SAMPLE_HEADER: call.sample}, **timeout,
                 )
                 try:
-                    content, p_tok, c_tok, finish, served = parse_completion(raw.http_response.text)
+                    reply = parse_completion(raw.http_response.text)
                 except ValueError as exc:
                     failure = _Failure(ledger.BAD_RESPONSE, str(exc), True)
                 else:
-                    note = "" if p_tok is not None else "the server reported no token usage"
-                    return ChatResult(ledger.OK, content, p_tok or 0, c_tok or 0, finish, served, note,
-                                      attempt + 1, retries, time.monotonic() - start)
+                    return _answered(call, reply, attempt + 1, retries)
             except openai.OpenAIError as exc:
                 failure = classify(exc)
             except Exception as exc:  # the HTTP stack's own errors must not end the run
@@ -216,7 +303,7 @@ class ChatClient:
             message = self.redact(failure.message)
             if not failure.retryable or attempt == self.max_retries:
                 return ChatResult(failure.status, error=message, attempts=attempt + 1, retries=retries,
-                                  seconds=time.monotonic() - start)
+                                  param=failure.param)
             if failure.wait_s is not None:
                 wait = min(failure.wait_s, self.retry_after_max_s)
             else:
@@ -230,6 +317,17 @@ class ChatClient:
             clients, self._clients = list(self._clients.values()), {}
         for c in clients:
             c.close()
+
+
+def _answered(call: ChatCall, reply: Reply, attempts: int, retries: list[str]) -> ChatResult:
+    """The result of a reply: OK, or TRUNCATED when it was cut at its completion budget."""
+    status, note = ledger.OK, "" if reply.prompt_tokens is not None else "the server reported no token usage"
+    if reply.finish_reason == "length":
+        cap = call.completion_cap()
+        budget = f"max_tokens {cap}" if cap else "the server's limit"
+        status, note = ledger.TRUNCATED, f"reply cut at its completion budget ({budget}; finish_reason length)"
+    return ChatResult(status, reply.content, reply.prompt_tokens or 0, reply.completion_tokens or 0,
+                      reply.finish_reason, reply.model, note, attempts, retries, reasoning_tokens=reply.reasoning_tokens)
 
 
 def check_endpoint(settings: LLMSettings, environ: Mapping[str, str] | None = None,
@@ -268,6 +366,107 @@ def check_endpoint(settings: LLMSettings, environ: Mapping[str, str] | None = No
             raise EndpointError(f"no LLM endpoint answers at {url} (llm.base_url): {reason}") from None
         finally:
             client.close()
+
+
+class PreflightError(EndpointError):
+    """A preflight call was refused or not answered; `records` are the calls it made."""
+
+    def __init__(self, message: str, records: Sequence[ledger.CallRecord]) -> None:
+        super().__init__(message)
+        self.records = list(records)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """The preflight of one distinct (endpoint, model, request parameters): its minimal call
+    and the roles whose calls carry them."""
+
+    call: ChatCall
+    roles: tuple[str, ...]
+
+    @property
+    def key(self) -> str:
+        """How the ledger knows this probe (its `cache_key`): model, parameters and endpoint."""
+        c = self.call
+        return cache_key(c.model, c.messages, c.params(), c.base_url)
+
+
+def probes(settings: LLMSettings, roles: Sequence[str]) -> list[Probe]:
+    """One probe per distinct (endpoint, model, parameters) among `roles`, in role order."""
+    found: dict[str, Probe] = {}
+    for role in roles:
+        call = dataclasses.replace(ChatCall.for_role(settings.role(role), PREFLIGHT_MESSAGES, PREFLIGHT_SAMPLE),
+                                   role=ledger.PREFLIGHT_ROLE, max_tokens_retry=None)
+        probe = Probe(call, (role,))
+        if probe.key in found:
+            probe = Probe(found[probe.key].call, found[probe.key].roles + (role,))
+        found[probe.key] = probe
+    return list(found.values())
+
+
+def preflight(settings: LLMSettings, roles: Sequence[str], *, done: Iterable[ledger.CallRecord] = (),
+              environ: Mapping[str, str] | None = None, client: ChatClient | None = None) -> list[ledger.CallRecord]:
+    """Send one minimal real completion per distinct (endpoint, model, parameters) of `roles`
+    that the ledger records `done` do not show answered already (a resumed run), and return
+    their ledger records (role PREFLIGHT_ROLE, billed like any call). Raises PreflightError,
+    one line, when one is refused: naming the parameter and the configuration key that set
+    it when the server's answer names one; as check_endpoint does when nothing answers."""
+    answered = {r.cache_key for r in done if r.role == ledger.PREFLIGHT_ROLE and r.status in ledger.BILLED}
+    own = client is None
+    client = client or ChatClient.from_settings(settings, environ)
+    records: list[ledger.CallRecord] = []
+    try:
+        for probe in probes(settings, roles):
+            if probe.key in answered:
+                continue
+            result = client.complete(probe.call)
+            records.append(_preflight_record(settings, probe, result))
+            if result.status not in ledger.BILLED:
+                raise PreflightError(_refusal(settings, probe, result), records)
+    finally:
+        if own:
+            client.close()
+    return records
+
+
+def _preflight_record(settings: LLMSettings, probe: Probe, result: ChatResult) -> ledger.CallRecord:
+    c, spent = probe.call, result.spent(settings)
+    return ledger.CallRecord(
+        role=c.role, model=c.model, prompt_hash=prompt_hash(c.messages), prompt_tokens=spent.prompt_tokens,
+        completion_tokens=spent.completion_tokens, reasoning_tokens=spent.reasoning_tokens, cost_usd=spent.cost_usd,
+        seconds=round(result.seconds, 4), status=result.status, cached=False,
+        outcome="accepted" if spent.calls else "", error=result.error, attempts=result.attempts,
+        retries=list(result.retries), sample=c.sample, cache_key=probe.key)
+
+
+def _refusal(settings: LLMSettings, probe: Probe, result: ChatResult) -> str:
+    """The one line saying why a probe failed, naming the configuration key to change."""
+    c = probe.call
+    why = " ".join(result.error.split())[:MAX_REASON_CHARS]
+    if result.status in (ledger.CONNECTION_ERROR, ledger.TIMEOUT):
+        return f"no LLM endpoint answers at {c.base_url} (llm.base_url): {result.status}: {why}"
+    params = c.params()
+    param = named_param(result, params) if result.status == ledger.HTTP_ERROR else ""
+    if not param:
+        verb = "refused" if result.status == ledger.HTTP_ERROR else f"failed ({result.status})"
+        return (f"LLM endpoint {c.base_url} {verb} a minimal request to model '{c.model}' "
+                f"(roles {', '.join(probe.roles)}): {why}")
+    keys = ", ".join(dict.fromkeys(settings.config_key(r, param) for r in probe.roles))
+    value = json.dumps(params[param], separators=(",", ":"))[:80]
+    return (f"LLM endpoint {c.base_url} refused {param}={value} for model '{c.model}' (set by {keys}; "
+            f"change or unset it): {why}")
+
+
+def named_param(result: ChatResult, params: Mapping[str, Any]) -> str:
+    """The parameter of `params` a refusal is about: the one the server names in its `param`
+    field, else the longest one its message mentions; '' when none."""
+    mentioned = sorted((p for p in params if re.search(rf"\b{re.escape(p)}\b", result.error)), key=len, reverse=True)
+    for name in [result.param, *mentioned]:
+        if name in params:
+            return name
+        if name == "max_tokens" and "max_completion_tokens" in params:   # vLLM's name for either
+            return "max_completion_tokens"
+    return ""
 
 
 def message_chars(messages: Sequence[Mapping[str, str]]) -> int:

@@ -4,9 +4,15 @@ Every call the operators issue is appended as it completes (or is answered from 
 or is not sent because a budget cap was reached), with the role, model, prompt hash, the
 server's token usage, the cost from the configured prices, wall seconds, transport status,
 what the operator made of the reply (`outcome`) and the retries it took. Token and cost
-fields count billed use only: a cached reply records zeros. Known secrets are blanked out of
-every line before it is written. Each line carries the format's `schema` (SCHEMA); lines
-written before it had one read as schema 1.
+fields count billed use only: a cached reply records zeros. `completion_tokens` include the
+reasoning tokens, as OpenAI reports them (`usage.completion_tokens_details.reasoning_tokens`
+is a part of `completion_tokens`, billed at the output price); `reasoning_tokens` says how
+many of them were reasoning, so the cost prices them once, with the completion. (A server
+whose `total_tokens` shows them outside `completion_tokens` has them added in by the client.)
+A reply cut at its completion budget is recorded as TRUNCATED, billed, never cached. Known
+secrets are blanked out of every line before it is written. Each line carries the format's
+`schema` (SCHEMA); lines written before it had one read as schema 1, and lines written before
+`reasoning_tokens` existed read with 0 (an added field with a default: the schema stays).
 """
 
 from __future__ import annotations
@@ -34,6 +40,10 @@ CONNECTION_ERROR = "connection_error"
 BAD_RESPONSE = "bad_response"     # 200 with a body that is not a chat completion
 HTTP_ERROR = "http_error"         # any other refusal (4xx)
 NOT_SENT = "not_sent"             # a budget cap was reached before the call could start
+TRUNCATED = "truncated"           # 200 with finish_reason "length": cut at the completion budget
+BILLED = (OK, TRUNCATED)          # statuses of calls the server answered, and charged for
+
+PREFLIGHT_ROLE = "preflight"      # the minimal call per endpoint, model and parameters before a run
 
 
 @dataclass
@@ -47,6 +57,7 @@ class CallRecord:
     seconds: float
     status: str
     cached: bool
+    reasoning_tokens: int = 0     # the part of completion_tokens that was reasoning
     outcome: str = ""             # e.g. "kernel", "plan", "rationale", "no_code", "empty"
     error: str = ""
     attempts: int = 0
@@ -63,12 +74,13 @@ class CallRecord:
 
     @property
     def billed(self) -> bool:
-        return self.status == OK and not self.cached
+        return self.status in BILLED and not self.cached
 
     def totals(self) -> Totals:
         if self.cached:
             return Totals()
-        return Totals(1 if self.billed else 0, self.prompt_tokens, self.completion_tokens, self.cost_usd)
+        return Totals(1 if self.billed else 0, self.prompt_tokens, self.completion_tokens, self.cost_usd,
+                      self.reasoning_tokens)
 
     def to_json(self) -> dict[str, Any]:
         return {"schema": SCHEMA, **dataclasses.asdict(self)}

@@ -208,8 +208,7 @@ class LLMOperators(Operators):
     # Calls ---------------------------------------------------------------------------------
     def _job(self, role: str, messages: list[dict[str, str]], parse: Callable[[str], Parsed],
              ctx: Context) -> _Job:
-        r = self.settings.role(role)
-        call = ChatCall(role, r.model, r.base_url, tuple(messages), r.temperature, dict(r.extra))
+        call = ChatCall.for_role(self.settings.role(role), messages)
         return _Job(call, parse, ctx.problem, ctx.generation)
 
     def _sample(self, job: _Job) -> str:
@@ -229,8 +228,7 @@ class LLMOperators(Operators):
 
     def _estimate(self, call: ChatCall) -> tuple[int, float]:
         prompt = -(-message_chars(call.messages) // CHARS_PER_TOKEN)
-        cap = call.extra.get("max_completion_tokens") or call.extra.get("max_tokens")
-        completion = int(cap) if isinstance(cap, (int, float)) and cap > 0 else self.budget.expected_completion_tokens()
+        completion = call.completion_cap() or self.budget.expected_completion_tokens()
         return prompt + completion, self.settings.cost_usd(prompt, completion)
 
     def _run(self, jobs: Sequence[_Job]) -> list[_Done]:
@@ -274,21 +272,19 @@ class LLMOperators(Operators):
         used = Totals()
         try:
             result = self.client.complete(c)
-            cost = self.settings.cost_usd(result.prompt_tokens, result.completion_tokens)
-            used = Totals(1 if result.status == L.OK else 0, result.prompt_tokens, result.completion_tokens, cost)
+            used = result.spent(self.settings)
         finally:
             self.budget.settle(reservation, used)
-        if result.status != L.OK:
+        if result.status != L.OK:   # a truncated reply was billed (`used`), and is never cached
             self._record(job, key, result.status, error=result.error, seconds=result.seconds,
-                         attempts=result.attempts, retries=result.retries)
+                         attempts=result.attempts, retries=result.retries, used=used)
             return _Done(None, f"{result.status}: {result.error}")
         self.cache.put(key, CachedReply(result.content or "", result.prompt_tokens, result.completion_tokens,
                                         result.finish_reason, result.served_model, c.role))
         value, outcome, error = job.parse(result.content or "")
         remark = "; ".join(x for x in (error, result.error) if x)
         self._record(job, key, L.OK, outcome=outcome, error=remark, seconds=result.seconds,
-                     attempts=result.attempts, retries=result.retries, prompt_tokens=result.prompt_tokens,
-                     completion_tokens=result.completion_tokens, cost_usd=cost)
+                     attempts=result.attempts, retries=result.retries, used=used)
         return _Done(value, error)
 
     def _from_cache(self, job: _Job, key: str, cached: CachedReply) -> _Done:
@@ -299,11 +295,12 @@ class LLMOperators(Operators):
 
     def _record(self, job: _Job, key: str, status: str, *, outcome: str = "", error: str = "",
                 cached: bool = False, seconds: float = 0.0, attempts: int = 0, retries: Sequence[str] = (),
-                prompt_tokens: int = 0, completion_tokens: int = 0, cost_usd: float = 0.0) -> None:
+                used: Totals = Totals()) -> None:
         c = job.call
         self.ledger.append(CallRecord(
-            role=c.role, model=c.model, prompt_hash=prompt_hash(c.messages), prompt_tokens=prompt_tokens,
-            completion_tokens=completion_tokens, cost_usd=cost_usd, seconds=round(seconds, 4), status=status,
+            role=c.role, model=c.model, prompt_hash=prompt_hash(c.messages), prompt_tokens=used.prompt_tokens,
+            completion_tokens=used.completion_tokens, reasoning_tokens=used.reasoning_tokens,
+            cost_usd=used.cost_usd, seconds=round(seconds, 4), status=status,
             cached=cached, outcome=outcome, error=error, attempts=attempts, retries=list(retries),
             problem=job.problem, generation=job.generation, sample=c.sample, cache_key=key))
 

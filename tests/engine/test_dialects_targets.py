@@ -65,8 +65,11 @@ def test_default_dialect_keeps_the_configuration_hash_of_earlier_releases():
     cfg = _cfg()
     data = cfg.to_dict()
     for dotted in config_mod.LATER_DEFAULTS:   # what a configuration of an earlier release hashed
-        section, key = dotted.split(".")
-        del data[section][key]
+        *path, key = dotted.split(".")          # e.g. llm.roles.planner.max_tokens
+        node = data
+        for part in path:
+            node = node[part]
+        del node[key]
     blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
     assert hashlib.sha256(blob.encode()).hexdigest()[:16] == cfg.hash()
     assert _cfg("run.dialect=\"nki\"").hash() != cfg.hash()
