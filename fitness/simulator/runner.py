@@ -11,6 +11,7 @@ several GiB of logical buffers run in a few GiB.
 
 from __future__ import annotations
 
+import ast
 import builtins
 import linecache
 from collections.abc import Callable, Sequence
@@ -19,7 +20,7 @@ from typing import Any
 from . import dialect as D
 from .core import launch
 from .core.launch import KernelRun, ShapeDtype, placeholders
-from .core.runtime import FrontEnd
+from .core.runtime import FrontEnd, if_body
 from .current import shim as current_shim
 from .legacy import shim as legacy_shim
 
@@ -49,10 +50,13 @@ def load_kernel(source: str, filename: str = "kernel.py", kernel_name: str = "ke
     module becomes the dialect's loop while a kernel runs."""
     fe = frontend(dialect or D.detect(source))
     fe.install()
-    code = compile(source, filename, "exec", dont_inherit=True)   # not this module's __future__ flags
+    tree = ast.parse(source, filename)
+    if fe.loop_rules:
+        tree = _IfBodies().visit(tree)
+    code = compile(tree, filename, "exec", dont_inherit=True)   # not this module's __future__ flags
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     namespace: dict[str, Any] = {"__name__": "__nki_kernel__", "__file__": filename,
-                                 "__builtins__": builtins, **fe.kernel_globals}
+                                 "__builtins__": builtins, **fe.kernel_globals, IF_BODY_NAME: if_body}
     exec(code, namespace)
     obj = namespace.get(kernel_name)
     if obj is None:
@@ -61,6 +65,27 @@ def load_kernel(source: str, filename: str = "kernel.py", kernel_name: str = "ke
     if not callable(obj):
         raise TypeError(f"'{kernel_name}' in {filename} is not a function")
     return obj
+
+
+IF_BODY_NAME = "__nki_if_body__"
+
+
+class _IfBodies(ast.NodeTransformer):
+    """Wraps every if/else body of the module in `with __nki_if_body__():`, so that a tensor
+    created in one is refused after it, as neuronx-cc refuses it (its scope rule for control
+    blocks); line numbers stay those of the source."""
+
+    def visit_If(self, node: ast.If) -> ast.If:
+        self.generic_visit(node)
+        node.body = [self._scoped(node.body)]
+        if node.orelse:
+            node.orelse = [self._scoped(node.orelse)]
+        return node
+
+    @staticmethod
+    def _scoped(body: list[ast.stmt]) -> ast.With:
+        call = ast.Call(func=ast.Name(IF_BODY_NAME, ast.Load()), args=[], keywords=[])
+        return ast.fix_missing_locations(ast.copy_location(ast.With(items=[ast.withitem(call)], body=body), body[0]))
 
 
 def run_kernel(source: str, args: Sequence, *, filename: str = "kernel.py", kernel_name: str = "kernel",

@@ -295,3 +295,47 @@ def test_unsupported_api_names_are_named():
     e = fails("y = nl.does_not_exist(x)  # <-", errors.UnsupportedApiError,
               "'neuronxcc.nki.language.does_not_exist'")
     assert e.code == "emu_unsupported_api"
+
+
+def test_a_tensor_created_in_an_if_or_else_block_is_out_of_scope_after_it():
+    """neuronx-cc's scope rule for control blocks: the body of an if/else is a scope, whatever
+    its condition (a tensor shadowed inside one is a new tensor of that scope)."""
+    words = ("inside an if/else block", "create it before the if statement")
+    for first in ("if", "else"):
+        fails(f"""
+            for k in nl.affine_range(2):
+                if k {'<' if first == 'if' else '>'} 5:
+                    t = nl.load(x[0:128, :])
+                else:
+                    t = nl.load(x[128:256, :])
+                nl.store(out, value=t)  # <-
+            """, errors.ScopeError, *words)
+    fails("""
+        t = nl.load(x[0:128, :])
+        if t.shape[0] == 128:
+            t = nl.exp(t)
+        elif t.shape[0] == 64:
+            t = nl.log(t)
+        nl.store(out, value=t)  # <-
+        """, errors.ScopeError, *words)
+    fails("""
+        if x.shape[0] == 256:
+            o2 = nl.ndarray((128, 512), dtype=np.float32, buffer=nl.shared_hbm)  # <-
+        """, errors.SharedHbmScopeError, "top level")
+
+
+def test_a_tensor_assigned_into_from_an_if_block_stays_usable():
+    src = HEADER + """
+    t = nl.ndarray((128, 512), dtype=np.float32, buffer=nl.sbuf)
+    for k in nl.affine_range(1):
+        if k == 0:
+            t[...] = nl.load(x[0:128, :])
+            u = nl.exp(t)
+            t[...] = nl.add(u, 1.0)
+        else:
+            t[...] = nl.load(x[128:256, :])
+    nl.store(out, value=t)
+    return out
+"""
+    x = np.random.default_rng(0).standard_normal((256, 512)).astype(np.float32)
+    np.testing.assert_allclose(run_kernel(src, [x]).outputs, np.exp(x[:128]) + 1, rtol=2e-6)

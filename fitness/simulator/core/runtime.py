@@ -10,6 +10,7 @@ decide alone (what `tile + tile` or `t[key] = value` means in kernel code) it as
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -35,6 +36,21 @@ def machine() -> Machine:
 
 def current() -> Machine | None:
     return _CURRENT
+
+
+# The first member of a scope element that stands for an if/else body (loop elements hold a
+# loop instance's uid, which is positive).
+IF_BODY = -1
+
+
+def if_body() -> contextlib.AbstractContextManager:
+    """The scope of an if/else body of the running kernel (see `Machine.if_body`); nothing
+    outside a kernel or in a dialect without scope rules. The legacy loader wraps every if/else
+    body of a kernel module in it (`runner.load_kernel`)."""
+    m = _CURRENT
+    if m is None or not m.frontend.loop_rules:
+        return contextlib.nullcontext()
+    return m.if_body()
 
 
 def activate(m: Machine | None) -> Machine | None:
@@ -180,10 +196,27 @@ class Machine:
     def check_scope(self, buf) -> None:
         s = buf.scope
         if s and s is not self.scope and self.scope[:len(s)] != s:
+            left = next(e for k, e in enumerate(s) if k >= len(self.scope) or self.scope[k] != e)
+            if left[0] == IF_BODY:
+                raise errors.ScopeError(
+                    f"tensor '{buf.label}' created at line {buf.line} inside an if/else block is referenced outside "
+                    "of its parent scope; create it before the if statement and assign in the blocks with t[...] =")
             raise errors.ScopeError(
                 f"tensor '{buf.label}' created at line {buf.line} inside a loop body is referenced outside "
                 f"of its parent scope (created in loop iteration {_fmt_path(buf.tpath)}, used in "
                 f"{_fmt_path(self.path) or 'the kernel body'}); create it before the loop and assign with t[...] =")
+
+    @contextlib.contextmanager
+    def if_body(self) -> Iterator[None]:
+        """An if/else body: as in neuronx-cc, a tensor created in it is not usable after it
+        (each execution of a body is a scope of its own, like a loop iteration)."""
+        saved = self.scope
+        self._next_uid += 1
+        self.scope = saved + ((IF_BODY, self._next_uid),)
+        try:
+            yield
+        finally:
+            self.scope = saved
 
     # --- instructions ----------------------------------------------------------------------
 
@@ -261,7 +294,7 @@ class Machine:
         overlapping box. Writes are grouped by block, so iterations that write different
         blocks never need comparing; loops whose variable indexes a dimension of the
         destination directly (`t[i, ...]`) cannot conflict and are skipped."""
-        depth = len(buf.scope)
+        depth = len(buf.tpath)   # the loops around its creation (its scope also counts if/else bodies)
         stack = self.stack
         if depth >= len(stack):
             return

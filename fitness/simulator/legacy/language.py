@@ -119,7 +119,7 @@ def _create(shape, dtype, buffer, name, fill, api: str, line: int, lazy: bool = 
             raise errors.HbmInitValueError(f"Creating HBM tensor with init value is not supported ({api} with buffer={bname})")
         if kind == "output":
             frame = errors.kernel_frame(1)
-            if m.stack or (m.kernel_code is not None and frame is not None and frame.f_code is not m.kernel_code):
+            if m.scope or (m.kernel_code is not None and frame is not None and frame.f_code is not m.kernel_code):
                 raise errors.SharedHbmScopeError(
                     "shared_hbm buffer can only be created in the top level kernel scope (not inside a loop, an "
                     "if-block or a helper function); create kernel outputs at the start of the kernel")
