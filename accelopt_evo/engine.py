@@ -129,7 +129,7 @@ class Engine:
         return Context(problem=problem.name, reference_source=problem.reference_source,
                        generation=self.generation + 1, rng=self.np_rng, lessons=self.memory.lessons(),
                        baseline_source=problem.baseline_source, inputs=self._inputs[problem.name],
-                       machine=self._machine)
+                       machine=self._machine, tuning=self.cfg.operators.llm_fraction < 1.0)
 
     def _requests(self, state: ProblemState, count: int, ctx: Context) -> list[Request]:
         """Variation requests for `count` children, less than one request's worth more: each is

@@ -88,6 +88,9 @@ class Context:
     baseline_source: str = ""
     inputs: str = ""              # the kernel's arguments for prompts, e.g. "x: float32[4096, 7168]"
     machine: Machine | None = None  # the target's figures (None: prompts name no numbers)
+    # Offline tuning operators take part (they vary `# tune:` knobs): only then do prompts ask
+    # to keep the knob convention and every listed value correct.
+    tuning: bool = True
 
 
 class Operators(abc.ABC):

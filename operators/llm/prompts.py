@@ -113,7 +113,16 @@ def _inputs(ctx: Context) -> str:
 
 def _common(ctx: Context) -> dict[str, str]:
     return {"problem": ctx.problem, "reference": ctx.reference_source.strip(), "inputs": _inputs(ctx),
-            "lessons": format_lessons(ctx.lessons)}
+            "lessons": format_lessons(ctx.lessons), **_knob_values(ctx)}
+
+
+def _knob_values(ctx: Context) -> dict[str, str]:
+    """The knob wording of the user prompts: present only when a tuner varies knobs (an LLM
+    alone told to keep every listed value correct tends to tune knobs instead of optimizing)."""
+    if not ctx.tuning:
+        return {"knob_values": "", "keep_knobs": "", "and_knobs": ""}
+    return {"knob_values": ", knob values", "keep_knobs": " Keep the `# tune:` knob convention.",
+            "and_knobs": " and its `# tune:` knobs"}
 
 
 # The system message of the code-writing roles is the NKI dialect's of the problem (its
@@ -147,8 +156,14 @@ def machine_values(m: Machine | None) -> dict[str, str]:
     }
 
 
+# The knob rules of each dialect's system message (only when tuning operators take part).
+KNOBS = {"legacy": "knobs", "current": "knobs_current"}
+
+
 def _system(ctx: Context) -> str:
-    return render(SYSTEM[dialect_of(ctx.baseline_source)], **machine_values(ctx.machine))
+    dialect = dialect_of(ctx.baseline_source)
+    knobs = template(KNOBS[dialect]).template.strip() if ctx.tuning else ""
+    return render(SYSTEM[dialect], knob_rules=knobs, **machine_values(ctx.machine))
 
 
 def _chat(system: str, user: str) -> list[Message]:

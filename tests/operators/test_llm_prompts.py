@@ -132,3 +132,22 @@ def test_system_prompts_show_the_targets_documented_figures():
     text = prompts.planner_messages(baseline_parent(), dataclasses.replace(context(target="trn3"),
                                                                             baseline_source=current))[0]["content"]
     assert "VectorE 1.2 GHz" in text and "TensorE 2.4 GHz" in text
+
+
+@pytest.mark.parametrize("tuning", [True, False])
+def test_knob_rules_only_when_a_tuner_varies_knobs(tuning):
+    """An LLM told to keep every listed knob value correct, with no tuner in the run, tends to
+    tune knobs instead of optimizing: the knob wording appears only when tuning takes part."""
+    ctx = dataclasses.replace(context(lessons=LESSONS), tuning=tuning)
+    p = baseline_parent()
+    messages = {
+        "planner": prompts.planner_messages(p, ctx),
+        "implementer": prompts.implementer_messages(p, "Plan: fuse the activation.", ctx),
+        "crossover": prompts.crossover_messages(p, CHILD, ctx),
+        "repair": prompts.repair_messages(BASELINE, "compile_error: line 30", ctx),
+    }
+    for role, (system, user) in messages.items():
+        text = system["content"] + user["content"].replace(p.source.strip(), "").replace(CHILD.source.strip(), "")
+        assert ("## Tunable knobs" in system["content"]) == tuning, role
+        assert ("# tune:" in text or "knob values" in text) == tuning, role
+        assert not re.search(r"\$\{[a-z_]+\}", text), role
