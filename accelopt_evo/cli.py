@@ -31,7 +31,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _config_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="FILE.toml", help="TOML file with settings (see README: Configuration)")
-    p.add_argument("--preset", default="default", help="shipped preset to start from (default, paper)")
+    p.add_argument("--preset", default="default", help="shipped preset to start from (default, paper, accelopt)")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override one setting; repeatable (e.g. --set selection.tournament_size=5)")
 

@@ -36,6 +36,8 @@ from .memory import BALANCED as MEMORY_DEFAULT_POLICY
 from .memory import POLICIES as MEMORY_POLICIES
 
 SELECTION_METHODS = ("tournament", "best", "roulette", "double_tournament")
+MU_PLUS_LAMBDA, BEAM_PER_PLAN = "mu_plus_lambda", "beam_per_plan"
+SURVIVOR_RULES = (MU_PLUS_LAMBDA, BEAM_PER_PLAN)
 OPERATOR_KINDS = ("auto", "llm", "tuning")
 HELDOUT_MODES = ("secret", "derived")
 RUN_MODES = ("generational", "async")
@@ -46,6 +48,7 @@ DIALECT_CHOICES = ("auto",) + tuple(DIALECT_OF_NAME)
 LATER_DEFAULTS = {"run.dialect": "auto", "run.mode": "generational", "run.max_in_flight": 4,
                   "evaluation.calibration": EvalSettings.calibration, "evaluation.executor": EvalSettings.executor,
                   "evaluation.ray_address": EvalSettings.ray_address, "memory.policy": MEMORY_DEFAULT_POLICY,
+                  "selection.survivors": MU_PLUS_LAMBDA,
                   **LLM_LATER_DEFAULTS}
 
 
@@ -81,6 +84,10 @@ class SelectionSection:
     # [1, 2] is the size of the tournament on code length (1 = no pressure).
     parsimony_size: float = 1.4
     fitness_first: bool = True
+    # mu_plus_lambda: survivors from parents and children (elitism, then `method`); beam_per_plan
+    # (AccelOpt): every survivor is expanded by one mutation, the best child of each plan (its
+    # parent when none is valid) competes, and the best `population.size` form the next beam.
+    survivors: str = MU_PLUS_LAMBDA
 
 
 @dataclass
@@ -316,6 +323,10 @@ def _check(cfg: Config) -> Config:
     need(s.method in SELECTION_METHODS, "selection.method", f"must be one of {', '.join(SELECTION_METHODS)}")
     need(s.tournament_size >= 1, "selection.tournament_size", "must be >= 1")
     need(1.0 <= s.parsimony_size <= 2.0, "selection.parsimony_size", "must be in [1, 2]")
+    need(s.survivors in SURVIVOR_RULES, "selection.survivors", f"must be one of {', '.join(SURVIVOR_RULES)}")
+    need(s.survivors != BEAM_PER_PLAN or cfg.run.mode == "generational", "run.mode",
+         "must be \"generational\" with selection.survivors = \"beam_per_plan\" (a beam is chosen among a "
+         "whole generation)")
     v = cfg.variation
     need(v.crossover_prob >= 0, "variation.crossover_prob", "must be >= 0")
     need(v.mutation_prob >= 0, "variation.mutation_prob", "must be >= 0")

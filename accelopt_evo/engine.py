@@ -5,6 +5,10 @@ select parents -> vary (operators) -> dedupe -> evaluate -> repair -> memory upd
 (mu + lambda) survivors with elitism -> hall of fame, logbook. The runner checkpoints after
 each generation; everything the loop needs to continue is in `Engine.state_dict()` (a
 records.Checkpoint). The asynchronous mode (steady.py) uses the same steps one child at a time.
+
+With `selection.survivors = "beam_per_plan"` (AccelOpt's beam search) the population is a beam:
+every kernel of it is mutated once (generation 0: the baseline alone), and the next beam is
+chosen among the children only, one per plan (selection.Plans.beam).
 """
 
 from __future__ import annotations
@@ -25,11 +29,11 @@ from nkibench.problem import Problem
 from operators.diff import kernel_diff
 from operators.base import CROSSOVER, MUTATION, Child, Context, Machine, Operators, Parent, Request
 
-from .config import Config
+from .config import BEAM_PER_PLAN, Config
 from .individual import KernelRecord, ProblemState, kernel_from_meta, new_kernel
 from .memory import Candidate, OptimizationMemory
 from .records import Checkpoint, EvaluationLine, ProblemInfo
-from .selection import select_distinct, selection_operator
+from .selection import Plans, select_distinct, selection_operator
 
 HALL_OF_FAME_SIZE = 10
 
@@ -129,7 +133,17 @@ class Engine:
         return Context(problem=problem.name, reference_source=problem.reference_source,
                        generation=self.generation + 1, rng=self.np_rng, lessons=self.memory.lessons(),
                        baseline_source=problem.baseline_source, inputs=self._inputs[problem.name],
-                       machine=self._machine, tuning=self.cfg.operators.llm_fraction < 1.0)
+                       machine=self._machine, tuning=self.cfg.operators.llm_fraction < 1.0,
+                       lesson_roles=self.memory.lesson_roles())
+
+    @property
+    def beam(self) -> bool:
+        """Whether survivors form AccelOpt's beam (`selection.survivors = "beam_per_plan"`)."""
+        return self.cfg.selection.survivors == BEAM_PER_PLAN
+
+    def _expand(self, population: Sequence[KernelRecord]) -> list[Request]:
+        """The beam's requests: one mutation of every valid kernel, in population order."""
+        return [self.toolbox.mutate(ind) for ind in population if ind.valid]
 
     def _requests(self, state: ProblemState, count: int, ctx: Context) -> list[Request]:
         """Variation requests for `count` children, less than one request's worth more: each is
@@ -220,7 +234,8 @@ class Engine:
             state.population = [baseline]
             n_mutants = self.cfg.population.size - 1
             ctx = self._context(problem)
-            requests = [self.toolbox.mutate(baseline) for _ in range(n_mutants)]
+            requests = (self._expand(state.population) if self.beam
+                        else [self.toolbox.mutate(baseline) for _ in range(n_mutants)])
             children = [c for group in self.toolbox.vary(requests, ctx) for c in group] if requests else []
             report = self._absorb(state, problem, children, evaluations, started, generation=0, extra=[baseline])
             reports.append(report)
@@ -235,7 +250,8 @@ class Engine:
             started = time.perf_counter()
             state = self.states[name]
             ctx = self._context(problem)
-            requests = self._requests(state, self.cfg.population.offspring, ctx)
+            requests = (self._expand(state.population) if self.beam
+                        else self._requests(state, self.cfg.population.offspring, ctx))
             children = [c for group in self.toolbox.vary(requests, ctx) for c in group]
             reports.append(self._absorb(state, problem, children, [], started, generation=gen))
         self.generation = gen
@@ -248,6 +264,7 @@ class Engine:
         failed_ops = sum(1 for c in children if c.source is None)
         parents = {ind.id: ind for ind in state.population}
         taken = set(parents)
+        plans = plans_of(children)
         offspring = [ind for ind in (self._admit(c, generation, taken) for c in children) if ind is not None]
         produced = {ind.id: ind.source for ind in [*extra, *offspring]}
         duplicates = sum(1 for c in children if c.source is not None) - len(offspring)
@@ -271,11 +288,15 @@ class Engine:
             evaluations += self._evaluate(state, [new for _, new in fixed], f"{label} repair", generation)
             for old, new in fixed:
                 offspring[offspring.index(old)] = new
+                plans.repaired(old.id, new.id)
                 repaired += new.valid
 
         valid = [ind for ind in offspring if ind.valid]
         self._update_memory(problem, valid, parents, ctx, generation)
-        self._survive(state, valid)
+        if self.beam:
+            self._next_beam(state, valid, plans)
+        else:
+            self._survive(state, valid)
         counts = {"offspring": len(children), "valid": len(valid), "duplicates": duplicates,
                   "failed_ops": failed_ops, "repaired": repaired}
         return self._record_generation(state, problem.name, generation, counts, evaluations, produced, started)
@@ -290,6 +311,14 @@ class Engine:
         elites = tools.selBest(pool, min(self.cfg.population.elitism, len(pool)))
         rest = [ind for ind in pool if all(ind is not e for e in elites)]
         state.population = elites + select_distinct(self.toolbox.select, rest, size - len(elites))
+        state.hall_of_fame.update(pool)
+
+    def _next_beam(self, state: ProblemState, newcomers: Sequence[KernelRecord], plans: Plans) -> None:
+        """AccelOpt's survivors: the best `population.size` of each plan's best valid child (its
+        parent standing in for a plan with none), chosen among the children only; hall of fame."""
+        pool = state.population + list(newcomers)
+        valid = {ind.id: ind for ind in pool if ind.valid}   # a sample equal to its parent counts as it
+        state.population = plans.beam(state.population, valid, self.cfg.population.size)
         state.hall_of_fame.update(pool)
 
     def _record_generation(self, state: ProblemState, problem: str, generation: int, counts: dict[str, int],
@@ -346,15 +375,24 @@ class Engine:
             cand = Candidate(problem.name, parent.id, child.id, ratio, child.operator)
             candidates.append(cand)
             pairs[(parent.id, child.id)] = (parent, child)
-        return [(c, (parent_view(pairs[(c.parent_id, c.child_id)][0]), parent_view(pairs[(c.parent_id, c.child_id)][1]),
-                     c.speedup)) for c in self.memory.select(candidates)]
+        return [(c, self._summarized(c, *pairs[(c.parent_id, c.child_id)])) for c in self.memory.select(candidates)]
+
+    def _summarized(self, cand: Candidate, parent: KernelRecord, child: KernelRecord) -> tuple[Parent, Parent, float]:
+        """The (before, after, speedup) the summarizer is asked about: parent -> child, or child ->
+        parent, slow -> fast, for a regression the memory presents reversed (policy accelopt)."""
+        if self.memory.reverses(cand):
+            return parent_view(child), parent_view(parent), 1.0 / cand.speedup
+        return parent_view(parent), parent_view(child), cand.speedup
 
     def _remember(self, lessons: list[tuple[Candidate, tuple[Parent, Parent, float]]], rationales: list[str],
                   generation: int) -> None:
-        """The lessons with a rationale into the memory."""
-        for (cand, (pv, cv, _)), text in zip(lessons, rationales):
+        """The lessons with a rationale into the memory, each with its parent -> child diff
+        (whichever way the summarizer saw the pair)."""
+        for (cand, (before, after, _)), text in zip(lessons, rationales):
             if text:
-                self.memory.add(cand, text, kernel_diff(pv.source, cv.source), generation)
+                source = {before.id: before.source, after.id: after.source}
+                diff = kernel_diff(source[cand.parent_id], source[cand.child_id])
+                self.memory.add(cand, text, diff, generation)
 
     # ---------------------------------------------------------------------------------
     def best(self, problem: str) -> KernelRecord:
@@ -398,6 +436,16 @@ class Engine:
 
 class BaselineError(RuntimeError):
     """A problem's baseline kernel does not pass its own evaluation."""
+
+
+def plans_of(children: Sequence[Child]) -> Plans:
+    """The plans of a generation's children; a child without a plan (knob tuning, crossover) is
+    a plan of its own."""
+    plans = Plans()
+    for i, child in enumerate(children):
+        kid = kernel_id(child.source) if child.source is not None else None
+        plans.add(child.plan or f"child {i}", child.parent_ids[0] if child.parent_ids else "", kid)
+    return plans
 
 
 def _spec_record(spec: Any) -> dict[str, Any]:

@@ -30,7 +30,10 @@ of the older entries a random sample is kept so that the memory holds at most `c
 (ExpN), or more while one generation's admissions (over all problems) alone exceed it. The
 sample derives from the run's seed, the generation and each entry's pair, so a resumed run
 draws the same one without any state in the checkpoint, and the sample does not depend on how
-a generation's admissions are split between problems and calls.
+a generation's admissions are split between problems and calls. AccelOpt presents every lesson
+slow -> fast, as something to do: a regression is summarized as the improvement of undoing it
+(child -> parent; the entry keeps its parent -> child ids, speedup and diff, and is marked
+`reversed`) and shown as what worked. And only the planner's prompts show the memory.
 
 All problems of a run share one memory. A checkpoint's entries are restored as they were
 (`load_entries`); a memory file of an earlier run seeds a new one (`start_from`), evicted down
@@ -81,6 +84,18 @@ class Admission:
 
 ADMISSION = {BALANCED: Admission(strict=False, round_up=True, backfill=True),
              ACCELOPT: Admission(strict=True, round_up=False, backfill=False)}
+
+
+@dataclass(frozen=True)
+class Presentation:
+    """How a policy's lessons reach the prompts."""
+
+    roles: tuple[str, ...] | None   # the prompt roles that show the memory (None: every role)
+    slow_to_fast: bool              # regressions summarized and shown reversed, as improvements
+
+
+PRESENTATION = {BALANCED: Presentation(roles=None, slow_to_fast=False),
+                ACCELOPT: Presentation(roles=("planner",), slow_to_fast=True)}
 
 
 def ranked(candidates: Sequence[Candidate], improve: float, regress: float,
@@ -184,7 +199,8 @@ class OptimizationMemory:
         """Admit a selected pair with its rationale, then evict by the policy (never an entry
         of `generation`)."""
         entry = MemoryEntry(candidate.problem, candidate.parent_id, candidate.child_id, candidate.speedup,
-                            rationale, diff, generation, kind_of(candidate.speedup), candidate.operator)
+                            rationale, diff, generation, kind_of(candidate.speedup), candidate.operator,
+                            reversed=self.reverses(candidate))
         self.entries.append(entry)
         self._evict(generation)
         return entry
@@ -196,8 +212,20 @@ class OptimizationMemory:
         else:
             self.entries = evict_balanced(self.entries, self.capacity, generation)
 
+    def reverses(self, candidate: Candidate) -> bool:
+        """Whether the pair is summarized slow -> fast, child -> parent: a regression under a
+        policy that presents every lesson as something to do."""
+        return PRESENTATION[self.policy].slow_to_fast and kind_of(candidate.speedup) == REGRESSION
+
+    def lesson_roles(self) -> tuple[str, ...] | None:
+        """The prompt roles that show the memory (None: every role)."""
+        return PRESENTATION[self.policy].roles
+
     def lessons(self) -> list[Lesson]:
-        return [Lesson(e.problem, e.kind, e.speedup, e.rationale, e.diff) for e in self.entries]
+        """The entries as prompts show them; a `reversed` entry (its rationale was written child
+        -> parent) as the improvement of undoing its change, whatever the current policy."""
+        return [Lesson(e.problem, IMPROVEMENT, 1.0 / e.speedup, e.rationale, e.diff) if e.reversed
+                else Lesson(e.problem, e.kind, e.speedup, e.rationale, e.diff) for e in self.entries]
 
     # Persistence (the format is records.MemoryEntry's) --------------------------------
     def to_json(self) -> list[dict[str, Any]]:

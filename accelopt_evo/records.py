@@ -176,11 +176,16 @@ class MemoryEntry:
     generation: int
     kind: str               # "improvement" or "regression"
     operator: str = ""
+    # The rationale was written for child -> parent, slow -> fast (a regression summarized as the
+    # improvement of undoing it, memory.policy "accelopt"); in the JSON only when set, so entries
+    # of earlier releases read and write as they were.
+    reversed: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return {"problem": self.problem, "parent_id": self.parent_id, "child_id": self.child_id,
+        data = {"problem": self.problem, "parent_id": self.parent_id, "child_id": self.child_id,
                 "speedup": self.speedup, "rationale": self.rationale, "diff": self.diff,
                 "generation": self.generation, "kind": self.kind, "operator": self.operator}
+        return {**data, "reversed": True} if self.reversed else data
 
     @classmethod
     def from_json(cls, data: Any) -> "MemoryEntry":
@@ -189,7 +194,8 @@ class MemoryEntry:
             raise RecordError(f"speedup is {speedup!r}")
         return cls(_need(data, "problem", str), _need(data, "parent_id", str), _need(data, "child_id", str),
                    speedup, _need(data, "rationale", str, ""), _need(data, "diff", str, ""),
-                   _need(data, "generation", int, 0), _need(data, "kind", str), _need(data, "operator", str, ""))
+                   _need(data, "generation", int, 0), _need(data, "kind", str), _need(data, "operator", str, ""),
+                   _need(data, "reversed", bool, False))
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,10 @@ class Child:
     parent_ids: tuple[str, ...]
     note: str = ""                # what the operator did (a plan, the knob it moved)
     error: str = ""               # why no source came back (operator failure)
+    # The plan this child implements, unique within one `vary` call (LLM mutation: the parent id,
+    # the request and the plan's index), so that survivor selection can keep one child per plan;
+    # "" when the operator has no plans (each such child is a plan of its own).
+    plan: str = ""
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,13 @@ class Context:
     # Offline tuning operators take part (they vary `# tune:` knobs): only then do prompts ask
     # to keep the knob convention and every listed value correct.
     tuning: bool = True
+    # The prompt roles that show `lessons` (e.g. ("planner",): AccelOpt gives the memory to the
+    # planner only); None: every role.
+    lesson_roles: tuple[str, ...] | None = None
+
+    def shows_lessons(self, role: str) -> bool:
+        """Whether the prompts of `role` show the optimization memory."""
+        return self.lesson_roles is None or role in self.lesson_roles
 
 
 class Operators(abc.ABC):

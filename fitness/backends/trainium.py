@@ -20,6 +20,9 @@ Both keep AccelOpt's protocol: compile options `--disable-dge --logical-nc-confi
 2 warm-up runs, then 10 timed runs, each with fresh artifact names checked to exist before
 profiling; the latency is the mean `total_time`; the whole series is repeated (a bounded
 number of times) while its max/min spread exceeds 1 %, keeping the tightest series.
+The profile holds the counters of fitness/counters.py (the simulator's names; `hardware_counters`),
+the simulator's bottleneck line derived from them and labelled as measured, and the series'
+figures (min_ms, max_ms, rel_diffs, series_spreads).
 
 Parent side: `CoreLeases` hands each evaluation a NeuronCore of its own, so that a core runs
 one timed measurement at a time while other evaluations compile on other cores.
@@ -42,7 +45,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from fitness.counters import NAMES as COUNTER_NAMES
 from fitness.simulator import dialect as D
+from fitness.simulator.perf import model as perf_model
+from fitness.simulator.perf.hardware import HARDWARE
 
 COMPILE_OPTIONS = "--disable-dge --logical-nc-config=1"
 WARMUP_RUNS = 2
@@ -130,6 +136,61 @@ def parse_summary(summary: dict[str, Any]) -> tuple[float, dict[str, float]]:
         raise ValueError("the profile summary has no total_time")
     profile = {k: float(v) for k, v in entry.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     return float(entry["total_time"]) * 1e3, profile
+
+
+# The counters the simulator's bottleneck rule reads (`perf_model.utilisation`, `summary`).
+ACTIVITY = ("tensor_engine_active_time_percent", "vector_engine_active_time_percent",
+            "scalar_engine_active_time_percent", "gpsimd_engine_active_time_percent",
+            "dma_bandwidth_utilization_percent")
+SPILLS = ("spill_save_bytes", "spill_reload_bytes")
+
+
+def hardware_counters(summary: dict[str, float], latency_ms: float, target: str) -> dict[str, float]:
+    """The profile counters of fitness/counters.py from one run's summary (`parse_summary`),
+    under the simulator's names, in their declared order: `latency_ms` is the mean of the timed
+    runs (the figure judged), the rest the profiler's own values where it reports them, and
+    otherwise derived from its counters and the target's documented figures (the simulator's
+    hardware table) with the simulator's definitions:
+    - `mm_arithmetic_intensity` = (hardware_flops - transpose_flops) / HBM bytes;
+    - `peak_flops_bandwidth_ratio` = TensorE peak flops / HBM bandwidth of one core;
+    - `hfu_estimated_percent` = hardware_flops / (TensorE peak flops x total_time);
+    - `dma_bandwidth_utilization_percent`, which the profiler does not report: its
+      `dma_packet_time` (packet time summed over DMA engines) / (engines x total_time), as the
+      simulator counts its DMA engines' busy time; a profiler without `dma_packet_time` gives
+      the HBM bytes / (total_time x the core's documented DMA rate) instead. At most 1.
+    The summary's other fields (times in seconds, MFU, DMA queue statistics, ...) are left out;
+    the NEFF and NTFF kept as artifacts reproduce them."""
+    out = {name: float(summary[name]) for name in COUNTER_NAMES if name in summary}
+    out["latency_ms"] = float(latency_ms)
+    seconds = float(summary.get("total_time", 0.0))
+    traffic = (summary["hbm_read_bytes"] + summary["hbm_write_bytes"]
+               if "hbm_read_bytes" in summary and "hbm_write_bytes" in summary else None)
+    flops = summary.get("hardware_flops")
+    if "mm_arithmetic_intensity" not in out and traffic is not None and flops is not None:
+        out["mm_arithmetic_intensity"] = (flops - summary.get("transpose_flops", 0.0)) / traffic if traffic else 0.0
+    hw = HARDWARE.get(target)
+    if hw is not None:
+        out.setdefault("peak_flops_bandwidth_ratio", hw.tensor_peak_flops / hw.hbm_bytes_per_s)
+        if "hfu_estimated_percent" not in out and flops is not None and seconds > 0:
+            out["hfu_estimated_percent"] = flops / (hw.tensor_peak_flops * seconds)
+        busy = None
+        if seconds > 0 and "dma_packet_time" in summary:
+            busy = summary["dma_packet_time"] / (hw.dma_engines * seconds)
+        elif seconds > 0 and traffic is not None:
+            busy = traffic / (min(hw.dma_engines * hw.dma_engine_bytes_per_ns * 1e9, hw.hbm_bytes_per_s) * seconds)
+        if busy is not None:
+            out["dma_bandwidth_utilization_percent"] = min(1.0, float(busy))
+    return {name: out[name] for name in COUNTER_NAMES if name in out}
+
+
+def bottleneck_line(counters: dict[str, float], target: str) -> str:
+    """The simulator's bottleneck line (`perf_model.summary`: the same rule and wording) for
+    measured counters, labelled as measured; an activity counter the profiler did not report
+    counts as idle. "" when it reported none."""
+    if not any(name in counters for name in ACTIVITY):
+        return ""
+    return perf_model.summary({**dict.fromkeys(ACTIVITY + SPILLS, 0.0), **counters},
+                              f"measured on {target} hardware")
 
 
 @dataclass
@@ -295,10 +356,13 @@ class TrainiumRunner:
                 raise ProfilerError(f"{Path(self.profiler).name} view printed no usable summary: {exc}") from None
 
         best, spreads = timed_series(run_once)
-        profile: dict[str, Any] = dict(best.profile)
-        profile.update(min_ms=min(best.latencies_ms), max_ms=max(best.latencies_ms), rel_diffs=best.spread,
-                       series_spreads=spreads, device_core=os.environ.get("NEURON_RT_VISIBLE_CORES", ""),
-                       sdk_path=self._dialect)
+        profile: dict[str, Any] = dict(hardware_counters(best.profile, best.mean_ms, self.target))
+        line = bottleneck_line(profile, self.target)
+        if line:
+            profile["bottleneck"] = line
+        profile.update(target=self.target, min_ms=min(best.latencies_ms), max_ms=max(best.latencies_ms),
+                       rel_diffs=best.spread, series_spreads=spreads,
+                       device_core=os.environ.get("NEURON_RT_VISIBLE_CORES", ""), sdk_path=self._dialect)
         return best.mean_ms, profile
 
     def structure_dtypes(self, trace: Any) -> list[Any]:

@@ -2,7 +2,8 @@
 
 Mutation follows AccelOpt: a planner proposes one optimization of the parent (from the
 kernel, its profile and the memory's lessons), then an implementer writes the whole kernel
-from the plan; each mutation request gives `plans_per_parent` x `samples_per_plan` children.
+from the plan; each mutation request gives `plans_per_parent` x `samples_per_plan` children,
+each carrying the id of its plan (`Child.plan`, kept by its repairs).
 Crossover shows two correct parents with their profiles and asks for one kernel combining
 their distinct optimizations (one child per request). Repair sends a failed child back once
 with its exact error. The summarizer writes the memory's rationale for a parent -> child pair
@@ -117,14 +118,15 @@ class LLMOperators(Operators):
 
     def vary(self, requests: Sequence[Request], ctx: Context) -> list[list[Child]]:
         out: list[list[Child]] = [[] for _ in requests]
-        plan_jobs: list[tuple[int, _Job]] = []
+        plan_jobs: list[tuple[int, str, _Job]] = []   # (request, plan id, planner call)
         cross_jobs: list[tuple[int, _Job]] = []
         for i, req in enumerate(requests):
             ids = tuple(p.id for p in req.parents)
             if req.kind == MUTATION and req.parents:
-                for _ in range(self.settings.plans_per_parent):
-                    plan_jobs.append((i, self._job("planner", prompts.planner_messages(req.parents[0], ctx),
-                                                   parse_plan, ctx)))
+                messages = prompts.planner_messages(req.parents[0], ctx)
+                for k in range(self.settings.plans_per_parent):
+                    job = self._job("planner", messages, parse_plan, ctx)
+                    plan_jobs.append((i, plan_id(req.parents[0], i, k), job))
             elif req.kind == CROSSOVER and len(req.parents) >= 2:
                 a, b = req.parents[0], req.parents[1]
                 cross_jobs.append((i, self._job("crossover", prompts.crossover_messages(a, b, ctx),
@@ -134,28 +136,28 @@ class LLMOperators(Operators):
                 why = f"cannot serve a {req.kind} request with {len(ids)} parent(s)"
                 out[i].append(Child(None, op, ids, error=why))
 
-        stage1 = self._run([job for _, job in plan_jobs] + [job for _, job in cross_jobs])
+        stage1 = self._run([job for _, _, job in plan_jobs] + [job for _, job in cross_jobs])
         plans, crossed = stage1[: len(plan_jobs)], stage1[len(plan_jobs):]
 
-        impl_jobs: list[tuple[int, str, _Job]] = []
-        for (i, _), done in zip(plan_jobs, plans):
+        impl_jobs: list[tuple[int, str, str, _Job]] = []   # (request, plan id, plan, implementer call)
+        for (i, pid, _), done in zip(plan_jobs, plans):
             parent = requests[i].parents[0]
             if done.value is None:
-                out[i].append(Child(None, MUTATION_OP, (parent.id,), error=f"planner: {done.error}"))
+                out[i].append(Child(None, MUTATION_OP, (parent.id,), error=f"planner: {done.error}", plan=pid))
                 continue
             for _ in range(self.settings.samples_per_plan):
-                impl_jobs.append((i, done.value, self._job(
+                impl_jobs.append((i, pid, done.value, self._job(
                     "implementer", prompts.implementer_messages(parent, done.value, ctx),
                     kernel_parser(parent.source, ctx), ctx)))
-        implemented = self._run([job for _, _, job in impl_jobs])
+        implemented = self._run([job for *_, job in impl_jobs])
 
-        for (i, plan, _), done in zip(impl_jobs, implemented):
+        for (i, pid, plan, _), done in zip(impl_jobs, implemented):
             parent = requests[i].parents[0]
             note = _short(plan)
             if done.value is None:
-                out[i].append(Child(None, MUTATION_OP, (parent.id,), note, f"implementer: {done.error}"))
+                out[i].append(Child(None, MUTATION_OP, (parent.id,), note, f"implementer: {done.error}", plan=pid))
             else:
-                out[i].append(Child(done.value, MUTATION_OP, (parent.id,), note))
+                out[i].append(Child(done.value, MUTATION_OP, (parent.id,), note, plan=pid))
         for (i, _), done in zip(cross_jobs, crossed):
             a, b = requests[i].parents[0], requests[i].parents[1]
             note = f"crossover of {a.id[:12]} and {b.id[:12]}"
@@ -174,7 +176,7 @@ class LLMOperators(Operators):
             child = failed[i][0]
             if done.value is not None:
                 out[i] = Child(done.value, REPAIR_OP, child.parent_ids,
-                               _short(f"repair of {child.operator} after: {failed[i][1]}"))
+                               _short(f"repair of {child.operator} after: {failed[i][1]}"), plan=child.plan)
         return out
 
     def summarize(self, pairs: Sequence[tuple[Parent, Parent, float]], ctx: Context) -> list[str]:
@@ -303,6 +305,11 @@ class LLMOperators(Operators):
             cost_usd=used.cost_usd, seconds=round(seconds, 4), status=status,
             cached=cached, outcome=outcome, error=error, attempts=attempts, retries=list(retries),
             problem=job.problem, generation=job.generation, sample=c.sample, cache_key=key))
+
+
+def plan_id(parent: Parent, request: int, index: int) -> str:
+    """The id of the `index`-th plan for `parent` in request `request` of one `vary` call."""
+    return f"{parent.id}/{request}/{index}"
 
 
 def _short(text: str) -> str:

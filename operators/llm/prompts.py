@@ -15,6 +15,8 @@ from pathlib import Path
 from string import Template
 from typing import Any, Mapping, Sequence
 
+from fitness.counters import COUNTERS, INTENSITY, RIDGE, Counter
+
 from .. import base as _base
 from ..diff import kernel_diff
 from ..base import Context, Lesson, Machine, Parent
@@ -22,7 +24,6 @@ from .extract import dialect_of
 
 Message = dict[str, str]
 
-MAX_PROFILE_ITEMS = 40
 MAX_ERROR_CHARS = 4000
 MAX_DIFF_LINES = 120
 MAX_LESSON_CHARS = 1500
@@ -60,29 +61,52 @@ def _number(value: Any) -> str:
     return f"{value:.4g}"
 
 
+def _counter_value(counter: Counter, value: float) -> str:
+    """A counter's value with its unit; a `*_percent` fraction as a percentage."""
+    if counter.percent:
+        return f"{100 * value:.1f}%"
+    if counter.name == "latency_ms":
+        return f"{value:.5g} ms"
+    return f"{_number(value)} {counter.unit}"
+
+
 def format_profile(parent: Parent) -> str:
-    """The evaluation's figures for one kernel, one per line, the summary first."""
+    """The evaluation's figures for one kernel, one per line: the speedup, % of peak and the
+    bottleneck line, then the profile counters (fitness/counters.py) in their declared order with
+    their units; a profile's other fields are not shown. `latency_ms` is the judged latency."""
     lines = []
     if parent.speedup is not None:
         lines.append(f"- speedup over the baseline kernel: {parent.speedup:.3f}x")
-    if parent.latency_ms is not None:
-        lines.append(f"- latency_ms: {parent.latency_ms:.5g}")
     if parent.percent_of_peak is not None:
         lines.append(f"- percent of peak throughput (roofline): {parent.percent_of_peak:.1f}%")
     profile = dict(parent.profile or {})
-    if "bottleneck" in profile:
-        lines.append(f"- bottleneck: {profile.pop('bottleneck')}")
-    shown = 0
-    for key in sorted(profile):
-        value = profile[key]
-        if key == "latency_ms" or not isinstance(value, (int, float, str, bool)):
-            continue
-        if shown == MAX_PROFILE_ITEMS:
-            lines.append(f"- ({len(profile) - shown} more metrics not shown)")
-            break
-        lines.append(f"- {key}: {_number(value)}")
-        shown += 1
+    if profile.get("bottleneck"):
+        lines.append(f"- bottleneck: {profile['bottleneck']}")
+    if parent.latency_ms is not None:
+        profile["latency_ms"] = parent.latency_ms
+    for counter in COUNTERS:
+        value = profile.get(counter.name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            lines.append(f"- {counter.name}: {_counter_value(counter, value)}")
     return "\n".join(lines) if lines else "(no profile available)"
+
+
+def counter_definitions() -> str:
+    """The system message's "Profile counters" section body: each counter of
+    fitness/counters.py with its unit and one-line definition, then the memory-bound /
+    compute-bound rule and what the bottleneck line says."""
+    head = ("Each kernel's profile shows these counters, in this order, under the same names and with the "
+            "same meaning whether the simulator estimated them or the profiler measured them on the device "
+            "(percent counters are shown as percentages):")
+    items = [f"- `{c.name}` ({c.unit}): {c.definition}" for c in COUNTERS]
+    rule = (f"If `{INTENSITY}` is below `{RIDGE}` the kernel is memory bound: HBM traffic limits it, so move "
+            f"fewer bytes (load each byte once, reuse tiles on chip, avoid spills). Otherwise it is compute "
+            f"bound: TensorE work limits it, so remove transposes and redundant matmuls and keep TensorE busy. "
+            f"A kernel without matmuls has `{INTENSITY}` 0; the bottleneck line says what limits it: the "
+            f"busiest engine or the DMA, from the `*_active_time_percent` counters and "
+            f"`dma_bandwidth_utilization_percent`, or latency (dependency stalls and fixed overheads) when "
+            f"none is busy half of the time.")
+    return "\n".join([head, "", *items, "", rule])
 
 
 def format_lessons(lessons: Sequence[Lesson]) -> str:
@@ -102,6 +126,20 @@ def format_lessons(lessons: Sequence[Lesson]) -> str:
     return "\n\n".join(parts)
 
 
+# The headings of the memory's section in the prompts, and the summarizer's hint that refers to it.
+LESSONS_HEADING = "## Lessons from earlier optimizations (optimization memory)"
+SUMMARIZER_LESSONS_HEADING = "## Lessons already in the optimization memory"
+REPEAT_HINT = "If a lesson above already says the same, say what this pair adds to it instead of repeating it."
+
+
+def lessons_section(ctx: Context, role: str, heading: str = LESSONS_HEADING) -> str:
+    """The optimization memory's section of a `role` prompt, with the blank line after it; ""
+    when the context shows the memory to other roles only (AccelOpt: the planner)."""
+    if not ctx.shows_lessons(role):
+        return ""
+    return f"{heading}\n\n{format_lessons(ctx.lessons)}\n\n"
+
+
 def make_diff(before: str, after: str, max_lines: int = MAX_DIFF_LINES) -> str:
     """A unified diff of two kernel sources (parent -> child), cut to max_lines."""
     return kernel_diff(before, after, max_lines)
@@ -111,9 +149,10 @@ def _inputs(ctx: Context) -> str:
     return ctx.inputs.strip() or "the reference's arguments, in order"
 
 
-def _common(ctx: Context) -> dict[str, str]:
+def _common(ctx: Context, role: str) -> dict[str, str]:
+    """The placeholders every code-writing `role` prompt shares."""
     return {"problem": ctx.problem, "reference": ctx.reference_source.strip(), "inputs": _inputs(ctx),
-            "lessons": format_lessons(ctx.lessons), **_knob_values(ctx)}
+            "lessons_section": lessons_section(ctx, role), **_knob_values(ctx)}
 
 
 def _knob_values(ctx: Context) -> dict[str, str]:
@@ -142,7 +181,8 @@ def machine_values(m: Machine | None) -> dict[str, str]:
     if m is None:
         names = ("target", "core", "sbuf_mib", "sbuf_kib", "sbuf_usable_kib", "psum_mib", "psum_kib",
                  "psum_banks", "psum_bank_kib", "psum_bank_f32", "dma_engines", "hbm_gbps", "clocks")
-        return {n: "?" for n in names} | {"target": "the target", "core": "NeuronCore"}
+        return {n: "?" for n in names} | {"target": "the target", "core": "NeuronCore",
+                                          "counter_definitions": counter_definitions()}
     kib, mib = 1024, 1024 * 1024
     return {
         "target": m.target, "core": m.core,
@@ -153,6 +193,7 @@ def machine_values(m: Machine | None) -> dict[str, str]:
         "psum_bank_f32": str(m.psum_bytes // m.psum_banks // 4), "dma_engines": str(m.dma_engines),
         "hbm_gbps": _figure(m.hbm_bytes_per_s / 1e9),
         "clocks": ", ".join(f"{ENGINES.get(e, e)} {hz / 1e9:g} GHz" for e, hz in m.clocks_hz),
+        "counter_definitions": counter_definitions(),
     }
 
 
@@ -171,19 +212,19 @@ def _chat(system: str, user: str) -> list[Message]:
 
 
 def planner_messages(parent: Parent, ctx: Context) -> list[Message]:
-    user = render("planner", kernel=parent.source.strip(), profile=format_profile(parent), **_common(ctx))
+    user = render("planner", kernel=parent.source.strip(), profile=format_profile(parent), **_common(ctx, "planner"))
     return _chat(_system(ctx), user)
 
 
 def implementer_messages(parent: Parent, plan: str, ctx: Context) -> list[Message]:
     user = render("implementer", kernel=parent.source.strip(), profile=format_profile(parent), plan=plan.strip(),
-                  **_common(ctx))
+                  **_common(ctx, "implementer"))
     return _chat(_system(ctx), user)
 
 
 def crossover_messages(a: Parent, b: Parent, ctx: Context) -> list[Message]:
     user = render("crossover", kernel_a=a.source.strip(), profile_a=format_profile(a), kernel_b=b.source.strip(),
-                  profile_b=format_profile(b), **_common(ctx))
+                  profile_b=format_profile(b), **_common(ctx, "crossover"))
     return _chat(_system(ctx), user)
 
 
@@ -191,7 +232,7 @@ def repair_messages(source: str, error: str, ctx: Context) -> list[Message]:
     message = error.strip() or "(no error message)"
     if len(message) > MAX_ERROR_CHARS:
         message = message[:MAX_ERROR_CHARS] + "\n... (truncated)"
-    user = render("repair", kernel=source.strip(), error=message, **_common(ctx))
+    user = render("repair", kernel=source.strip(), error=message, **_common(ctx, "repair"))
     return _chat(_system(ctx), user)
 
 
@@ -206,7 +247,9 @@ def summarizer_messages(parent: Parent, child: Parent, ratio: float, ctx: Contex
         apply_or_avoid="apply" if faster else "avoid",
         parent=parent.source.strip(), parent_profile=format_profile(parent),
         child=child.source.strip(), child_profile=format_profile(child),
-        diff=make_diff(parent.source, child.source), lessons=format_lessons(ctx.lessons),
+        diff=make_diff(parent.source, child.source),
+        lessons_section=lessons_section(ctx, "summarizer", SUMMARIZER_LESSONS_HEADING),
+        repeat_hint=f"\n\n{REPEAT_HINT}" if ctx.shows_lessons("summarizer") else "",
     )
     dialect = dialect_of(ctx.baseline_source)
     machine = machine_values(ctx.machine)

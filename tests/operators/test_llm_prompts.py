@@ -55,13 +55,13 @@ def test_lessons_say_what_worked_and_what_to_avoid():
 
 def test_profile_lists_the_summary_and_metrics():
     profile = {"latency_ms": 0.25, "bottleneck": "VectorE bound", "hbm_read_bytes": 4194304,
-               "vector_engine_active_time_percent": 87.25}
+               "vector_engine_active_time_percent": 0.875}
     p = Parent("p", BASELINE, 1.5, 0.25, 33.3, profile)
     text = prompts.format_profile(p)
     lines = text.splitlines()
     assert lines[0] == "- speedup over the baseline kernel: 1.500x"
     assert "- bottleneck: VectorE bound" in lines
-    assert "- hbm_read_bytes: 4,194,304" in lines and "- vector_engine_active_time_percent: 87.25" in lines
+    assert "- hbm_read_bytes: 4,194,304 bytes" in lines and "- vector_engine_active_time_percent: 87.5%" in lines
 
 
 def test_mutation_plan_crossover_parents_and_repair_error_are_shown():

@@ -89,6 +89,8 @@ def profile_of(prep: Prepared, sched: Schedule, hw: Hardware, params: Params) ->
     mm_flops = c["hardware_flops"] - c["transpose_flops"]
     prof: dict[str, float | int | str] = {"latency_ms": latency_ns * 1e-6, **c}
     prof["mm_arithmetic_intensity"] = mm_flops / traffic if traffic else 0.0
+    # The profiler's ridge point (flops per byte): below it a kernel is memory bound.
+    prof["peak_flops_bandwidth_ratio"] = hw.tensor_peak_flops / hw.hbm_bytes_per_s
     # Percent-named metrics are fractions in [0, 1], as neuron-profile reports them.
     prof["hfu_estimated_percent"] = c["hardware_flops"] / (hw.tensor_peak_flops * seconds)
     for e, name in ((tr.TENSOR, "tensor"), (tr.SCALAR, "scalar"), (tr.VECTOR, "vector"),
