@@ -9,7 +9,7 @@ import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import numpy as np
 from tqdm import tqdm
@@ -135,11 +135,13 @@ def new_heldout(cfg: Config) -> HeldoutSeeds:
     return HeldoutSeeds("secret", secret_heldout_seeds(e.heldout_seeds, e.seeds))
 
 
-def choose_operators(cfg: Config, run_dir: Path | None, check: bool = True) -> tuple[Operators | None, str]:
-    """The operator set for `operators.kind`, and a sentence saying why. With LLM operators the
-    endpoint is checked first and every distinct (endpoint, model, parameters) of the roles in
-    use gets one minimal real completion (`preflight_llm`), so an unreachable endpoint or a
-    refused parameter stops the run in one line before anything else is spent."""
+def choose_operators(cfg: Config, run_dir: Path | None, check: bool = True,
+                     preflight: Sequence[CallRecord] = ()) -> tuple[Operators | None, str]:
+    """The operator set for `operators.kind`, and a sentence saying why. With LLM operators and
+    `check`, the endpoint and the request parameters are checked first (`check_operators`), so
+    that an unreachable endpoint or a refused parameter stops the run in one line before anything
+    else is spent; `preflight`: the records of a check made before `run_dir` existed, for its
+    ledger."""
     from operators.llm.mixing import resolve_kind
 
     kind, why = resolve_kind(cfg.operators.kind, cfg.llm.base_url)
@@ -149,14 +151,10 @@ def choose_operators(cfg: Config, run_dir: Path | None, check: bool = True) -> t
 
     settings = llm.Settings.from_config(cfg)
     if check:
-        try:
-            llm.check_endpoint(settings.llm)
-        except llm.EndpointError as exc:
-            raise UserError(str(exc)) from None
-        preflight_llm(cfg, settings.llm, run_dir)
+        preflight = _check_llm(cfg, settings.llm, run_dir)
     if run_dir is None:
         return None, why
-    _ledger_preflights(settings.llm, run_dir, _UNRECORDED_PREFLIGHTS.pop(cfg.hash(), []))
+    _ledger_preflights(settings.llm, run_dir, preflight)
     ops = llm.LLMOperators(settings.llm, settings.budget, run_dir)
     if cfg.operators.llm_fraction < 1.0:
         share = f"{cfg.operators.llm_fraction:.0%} of requests to the LLM, the rest to knob tuning"
@@ -164,9 +162,16 @@ def choose_operators(cfg: Config, run_dir: Path | None, check: bool = True) -> t
     return ops, why
 
 
-# Preflight calls of a check made before the run folder existed (`start_run`), by configuration
-# hash, until the folder's ledger records them.
-_UNRECORDED_PREFLIGHTS: dict[str, list[CallRecord]] = {}
+def check_operators(cfg: Config) -> list[CallRecord]:
+    """The check `choose_operators` makes, before a run folder exists: the records of the
+    preflight calls it sent, for that folder's ledger ([] with offline operators)."""
+    from operators.llm.mixing import resolve_kind
+
+    if resolve_kind(cfg.operators.kind, cfg.llm.base_url)[0] == "tuning":
+        return []
+    from operators import llm
+
+    return _check_llm(cfg, llm.Settings.from_config(cfg).llm, None)
 
 
 def llm_roles_in_use(cfg: Config) -> tuple[str, ...]:
@@ -177,22 +182,23 @@ def llm_roles_in_use(cfg: Config) -> tuple[str, ...]:
     return tuple(role for role in config_mod.LLM_ROLES if used[role])
 
 
-def preflight_llm(cfg: Config, settings: LLMSettings, run_dir: Path | None) -> None:
-    """One minimal real completion per distinct (endpoint, model, parameters) of the roles in
-    use; a refused parameter is a UserError naming it and the config key that set it. Its calls
-    go to the run folder's ledger (billed like any call), where a resume finds the ones already
-    answered and does not send them again; without a folder yet they wait for it."""
+def _check_llm(cfg: Config, settings: LLMSettings, run_dir: Path | None) -> list[CallRecord]:
+    """The endpoint answers, then one minimal real completion per distinct (endpoint, model,
+    parameters) of the roles in use (those the ledger of `run_dir` shows answered are not sent
+    again); a refused parameter is a UserError naming it and the config key that set it. The
+    records of the calls sent, billed like any call (a refusal's go to the ledger at once)."""
     from operators import llm
 
+    try:
+        llm.check_endpoint(settings)
+    except llm.EndpointError as exc:
+        raise UserError(str(exc)) from None
     done = _ledger(settings, run_dir).records() if run_dir is not None else []
     try:
-        records = llm.preflight(settings, llm_roles_in_use(cfg), done=done)
+        return llm.preflight(settings, llm_roles_in_use(cfg), done=done)
     except llm.PreflightError as exc:
         _ledger_preflights(settings, run_dir, exc.records)
         raise UserError(str(exc)) from None
-    if run_dir is None:
-        _UNRECORDED_PREFLIGHTS[cfg.hash()] = records
-    _ledger_preflights(settings, run_dir, records)
 
 
 def _ledger(settings: LLMSettings, run_dir: Path) -> Ledger:
@@ -335,13 +341,13 @@ def start_run(cfg: Config, run_id: str, *, progress: bool = True, log: Callable[
     """`run`: a new run folder, generation 0, then generations up to `cfg.run.gens`."""
     problems = load_problems(problem_specs(cfg))
     memory = new_memory(cfg)
-    choose_operators(cfg, None)  # fails fast (exit 2) on an unreachable LLM endpoint
+    preflight = check_operators(cfg)  # fails fast (exit 2) on an unreachable endpoint or a refused parameter
     check_evaluation(cfg)        # and on a backend, calibration or executor this host lacks
     folder = RunFolder.create(cfg.run.out, run_id)
     write_text_atomic(folder.config, config_mod.to_toml(cfg))
     write_heldout(folder.heldout, new_heldout(cfg))
     log(f"run folder: {folder.root}")
-    operators, why = choose_operators(cfg, folder.root, check=False)
+    operators, why = choose_operators(cfg, folder.root, check=False, preflight=preflight)
     log(f"operators: {why}")
     return _drive(cfg, folder, problems, operators, memory, None, cfg.run.gens, progress, log, evaluator_factory)
 

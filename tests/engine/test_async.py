@@ -112,7 +112,7 @@ class SlowTuning(TuningOperators):
 
 def test_no_more_than_max_in_flight_requests_and_evaluations_at_once(tmp_path, monkeypatch):
     gauge = Gauge()
-    monkeypatch.setattr(runner, "choose_operators", lambda cfg, run_dir, check=True: (SlowTuning(gauge, 0.03), "slow"))
+    monkeypatch.setattr(runner, "choose_operators", lambda cfg, run_dir, check=True, preflight=(): (SlowTuning(gauge, 0.03), "slow"))
     start_run(make_cfg(tmp_path, 3, "run.max_in_flight=3"), "r", progress=False, log=quiet,
               evaluator_factory=fake(0.03, gauge))
     assert 2 <= gauge.peak <= 3   # variation and evaluation overlap, within the bound

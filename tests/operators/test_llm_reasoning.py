@@ -15,7 +15,7 @@ from accelopt_evo import config as cfgmod
 from accelopt_evo.cli import main
 from accelopt_evo.errors import UserError
 from accelopt_evo.runfolder import RunFolder
-from accelopt_evo.runner import choose_operators, llm_roles_in_use, newest_checkpoint, start_run
+from accelopt_evo.runner import check_operators, choose_operators, llm_roles_in_use, newest_checkpoint, start_run
 from llm_server import DECOY, PREFLIGHT_ROLE, Fault, ReasoningModel, ScriptedLLMServer
 from llm_support import API_KEY, ENV, baseline_parent, budget, context, settings
 from operators.base import MUTATION, Request
@@ -285,14 +285,14 @@ def test_roles_in_use_follow_the_operators_switched_on():
 
 
 def test_a_resumed_run_records_the_start_preflight_once_and_sends_no_other(tmp_path, llm_server, monkeypatch):
-    """start_run checks before its folder exists; the second choose_operators call writes those
+    """start_run checks before its folder exists; the choose_operators call that follows writes those
     preflight records into the new folder's ledger, and a resume finds them there."""
     monkeypatch.setenv("ACCELOPT_RUN_KEY", API_KEY)
     cfg = run_cfg(tmp_path, llm_server.url)
-    choose_operators(cfg, None)
+    preflight = check_operators(cfg)
     folder = tmp_path / "f"
     folder.mkdir()
-    ops, _ = choose_operators(cfg, folder, check=False)
+    ops, _ = choose_operators(cfg, folder, check=False, preflight=preflight)
     ops.close()
     (record,) = read_records(folder / L.LEDGER_FILE)
     assert record.role == PREFLIGHT_ROLE and record.billed and record.generation == -1
