@@ -21,28 +21,34 @@ import neuronxcc.nki.language as nl
 import neuronxcc.nki.isa as nisa
 """
 
-# -- outputs that are not fresh tensors ------------------------------------------------------------
-
-# split_columns: one element of the input copied onto itself, then two strided views of the
-# input returned as the even and odd columns (4 bytes moved for the whole result).
-INPUT_VIEWS_AP = CURRENT + """
+# split_columns kernels (current dialect) up to their own work: shapes, and the two outputs.
+_SPLIT = CURRENT + """
 @nki.jit
 def kernel(x):
     rows, F = x.shape
+    FE = F - F // 2
+    FO = F // 2
+    even = nl.ndarray((rows, FE), dtype=x.dtype, buffer=nl.shared_hbm)
+    odd = nl.ndarray((rows, FO), dtype=x.dtype, buffer=nl.shared_hbm)
+"""
+
+# One element of the input copied onto itself: the input now counts as written.
+_TOUCH_INPUT = """
     t = nl.ndarray((1, 1), dtype=x.dtype, buffer=nl.sbuf)
     nisa.dma_copy(dst=t, src=x[0:1, 0:1])
     nisa.dma_copy(dst=x[0:1, 0:1], src=t)
-    return x.ap([[F, rows], [2, F - F // 2]], offset=0), x.ap([[F, rows], [2, F // 2]], offset=1)
+"""
+
+# -- outputs that are not fresh tensors ------------------------------------------------------------
+
+# split_columns: the input touched, then two strided views of it returned as the even and odd
+# columns (4 bytes moved for the whole result).
+INPUT_VIEWS_AP = _SPLIT + _TOUCH_INPUT + """
+    return x.ap([[F, rows], [2, FE]], offset=0), x.ap([[F, rows], [2, FO]], offset=1)
 """
 
 # The same with subscript views (another view constructor).
-INPUT_VIEWS_SLICES = CURRENT + """
-@nki.jit
-def kernel(x):
-    rows, F = x.shape
-    t = nl.ndarray((1, 1), dtype=x.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=t, src=x[0:1, 0:1])
-    nisa.dma_copy(dst=x[0:1, 0:1], src=t)
+INPUT_VIEWS_SLICES = _SPLIT + _TOUCH_INPUT + """
     return x[0:rows, 0:F:2], x[0:rows, 1:F:2]
 """
 
@@ -52,9 +58,7 @@ INPUT_VIEW_TRANSPOSED = CURRENT + """
 def kernel(x, shape2d):
     rows, F = x.shape
     X, Y = shape2d
-    t = nl.ndarray((1, 1), dtype=x.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=t, src=x[0:1, 0:1])
-    nisa.dma_copy(dst=x[0:1, 0:1], src=t)
+""" + _TOUCH_INPUT + """
     return x.ap([[F, rows], [1, Y], [Y, X]], offset=0)
 """
 
@@ -77,14 +81,7 @@ SCRATCH_RETURNED = SILU.replace("buffer=nl.shared_hbm", "buffer=nl.hbm")
 
 # -- coverage: a stride-0 destination writes one column, not all ---------------------------------
 
-STRIDE0_DESTINATION = CURRENT + """
-@nki.jit
-def kernel(x):
-    rows, F = x.shape
-    FE = F - F // 2
-    FO = F // 2
-    even = nl.ndarray((rows, FE), dtype=x.dtype, buffer=nl.shared_hbm)
-    odd = nl.ndarray((rows, FO), dtype=x.dtype, buffer=nl.shared_hbm)
+STRIDE0_DESTINATION = _SPLIT + """
     t = nl.ndarray((rows, FE), dtype=x.dtype, buffer=nl.sbuf)
     nisa.dma_copy(dst=t, src=x[0:rows, 0:F:2])
     nisa.dma_copy(dst=even.ap([[FE, rows], [0, FE]]), src=t)
@@ -95,14 +92,9 @@ def kernel(x):
 # -- DRAM-to-DRAM copies ---------------------------------------------------------------------------
 
 # split_columns by two HBM -> HBM copies from 4-byte-strided sources.
-D2D_STRIDED = CURRENT + """
-@nki.jit
-def kernel(x):
-    rows, F = x.shape
-    even = nl.ndarray((rows, F - F // 2), dtype=x.dtype, buffer=nl.shared_hbm)
-    odd = nl.ndarray((rows, F // 2), dtype=x.dtype, buffer=nl.shared_hbm)
-    nisa.dma_copy(dst=even, src=x.ap([[F, rows], [2, F - F // 2]], offset=0))
-    nisa.dma_copy(dst=odd, src=x.ap([[F, rows], [2, F // 2]], offset=1))
+D2D_STRIDED = _SPLIT + """
+    nisa.dma_copy(dst=even, src=x.ap([[F, rows], [2, FE]], offset=0))
+    nisa.dma_copy(dst=odd, src=x.ap([[F, rows], [2, FO]], offset=1))
     return even, odd
 """
 
