@@ -170,7 +170,7 @@ def hardware_counters(summary: dict[str, float], latency_ms: float, target: str)
         out["mm_arithmetic_intensity"] = (flops - summary.get("transpose_flops", 0.0)) / traffic if traffic else 0.0
     hw = HARDWARE.get(target)
     if hw is not None:
-        out.setdefault("peak_flops_bandwidth_ratio", hw.tensor_peak_flops / hw.hbm_bytes_per_s)
+        out.setdefault("peak_flops_bandwidth_ratio", hw.peak_flops_bandwidth_ratio)
         if "hfu_estimated_percent" not in out and flops is not None and seconds > 0:
             out["hfu_estimated_percent"] = flops / (hw.tensor_peak_flops * seconds)
         busy = None

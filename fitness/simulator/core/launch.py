@@ -223,7 +223,6 @@ def _wrap(m: Machine, value, param: tuple[str, Any]):
     buf.mutable = m.frontend.is_mutable(ann)
     if not m.shape_only:
         buf.blocks[()] = np.ascontiguousarray(arr)
-    m.params.append(buf)
     return T.whole(buf)
 
 

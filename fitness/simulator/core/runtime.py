@@ -45,12 +45,10 @@ IF_BODY = -1
 
 def if_body() -> contextlib.AbstractContextManager:
     """The scope of an if/else body of the running kernel (see `Machine.if_body`); nothing
-    outside a kernel or in a dialect without scope rules. The legacy loader wraps every if/else
-    body of a kernel module in it (`runner.load_kernel`)."""
+    outside a kernel (a module-level `if`). The loader wraps every if/else body of a module
+    of a dialect with scope rules in it (`runner.load_kernel`)."""
     m = _CURRENT
-    if m is None or not m.frontend.loop_rules:
-        return contextlib.nullcontext()
-    return m.if_body()
+    return contextlib.nullcontext() if m is None else m.if_body()
 
 
 def activate(m: Machine | None) -> Machine | None:
@@ -168,7 +166,6 @@ class Machine:
         self.kernel_code = None          # code object of the kernel function (shared_hbm rule)
         self.identity = None             # SBUF identity tile for nl.matmul transposes
         self.outputs: list[Any] = []
-        self.params: list[Any] = []
         # core.tensor.Fresh of the instruction results that need a tensor record (all but those
         # assigned straight into a destination), by tensor id
         self.fresh: dict[int, Any] = {}

@@ -74,6 +74,12 @@ class Hardware:
     sources: str = ""              # the documents the figures come from
 
     @property
+    def peak_flops_bandwidth_ratio(self) -> float:
+        """The profiler's ridge point, flops per HBM byte: a kernel whose matmul arithmetic
+        intensity is below it is memory bound."""
+        return self.tensor_peak_flops / self.hbm_bytes_per_s
+
+    @property
     def psum_bank_bytes(self) -> int:
         """Bytes per partition of one PSUM bank (one matmul writes one bank)."""
         return self.psum_bytes_per_partition // self.psum_banks

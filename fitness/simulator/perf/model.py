@@ -22,9 +22,9 @@ from .schedule import Schedule, schedule
 
 ENGINE_NAMES = {tr.TENSOR: "TensorE", tr.VECTOR: "VectorE", tr.SCALAR: "ScalarE",
                 tr.GPSIMD_ENGINE: "GpSimdE", tr.DMA: "DMA"}
-LATENCY_BOUND_BELOW = 0.5
+LATENCY_BOUND_BELOW = 0.5   # no resource busier than this: stalls and overheads dominate
 DMA_ENGINE = (tr.DMA,)
-SCRATCH_KINDS = ("scratch", "spill")   # kernel-private HBM: its traffic is spill traffic   # no resource busier than this: stalls and overheads dominate
+SCRATCH_KINDS = ("scratch", "spill")   # kernel-private HBM: its traffic is spill traffic
 
 
 @dataclass(frozen=True)
@@ -89,8 +89,7 @@ def profile_of(prep: Prepared, sched: Schedule, hw: Hardware, params: Params) ->
     mm_flops = c["hardware_flops"] - c["transpose_flops"]
     prof: dict[str, float | int | str] = {"latency_ms": latency_ns * 1e-6, **c}
     prof["mm_arithmetic_intensity"] = mm_flops / traffic if traffic else 0.0
-    # The profiler's ridge point (flops per byte): below it a kernel is memory bound.
-    prof["peak_flops_bandwidth_ratio"] = hw.tensor_peak_flops / hw.hbm_bytes_per_s
+    prof["peak_flops_bandwidth_ratio"] = hw.peak_flops_bandwidth_ratio
     # Percent-named metrics are fractions in [0, 1], as neuron-profile reports them.
     prof["hfu_estimated_percent"] = c["hardware_flops"] / (hw.tensor_peak_flops * seconds)
     for e, name in ((tr.TENSOR, "tensor"), (tr.SCALAR, "scalar"), (tr.VECTOR, "vector"),
