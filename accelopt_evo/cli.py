@@ -7,6 +7,7 @@ Every error a user can cause ends with one line on stderr and exit status 2.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -62,6 +63,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--problem", nargs="+", action="extend", metavar="NAME", help="problem(s) to optimize (default: silu)")
     run.add_argument("--suite", choices=["nkibench"], help="every problem of a suite")
     run.add_argument("--suite-dir", metavar="PATH", help="a folder in the official NKIBench layout")
+    run.add_argument("--reference", dest="references", action="append", metavar="REF.py",
+                     help="a problem of your own: its NumPy reference module (get_inputs, forward); repeatable, "
+                          "paired with --baseline in order (see README: Optimize your own kernel)")
+    run.add_argument("--baseline", dest="baselines", action="append", metavar="KERNEL.py",
+                     help="the kernel the search of the matching --reference starts from")
+    run.add_argument("--function", dest="functions", action="append", metavar="NAME",
+                     help="the function of the matching --baseline file (default: its only kernel)")
     run.add_argument("--out", metavar="DIR", help="parent folder of run folders (default: runs)")
     run.add_argument("--run-id", metavar="ID", help="name of the run folder (default: a timestamp)")
     run.add_argument("--seed", type=int, help="random seed of the run (default: 0)")
@@ -78,10 +86,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     ev = sub.add_parser("eval", help="evaluate one kernel file")
     ev.add_argument("kernel", metavar="KERNEL.py")
-    ev.add_argument("--problem", required=True, metavar="NAME")
+    ev.add_argument("--problem", metavar="NAME", help="the problem to judge it on (or --reference)")
     ev.add_argument("--suite-dir", metavar="PATH", help="a folder in the official NKIBench layout")
-    ev.add_argument("--kernel", dest="function", metavar="FUNCTION",
-                    help="the function of the file to evaluate (default: kernel), e.g. one of an SDK example's")
+    ev.add_argument("--reference", metavar="REF.py", help="judge it against your own NumPy reference module")
+    ev.add_argument("--baseline", metavar="KERNEL.py",
+                    help="with --reference: the kernel its speedup is measured against (default: none)")
+    ev.add_argument("--kernel", "--function", dest="function", metavar="FUNCTION",
+                    help="the function of the file to evaluate (default: kernel, else the file's only @nki.jit function), "
+                         "e.g. one of an SDK example's")
     ev.add_argument("--shape", metavar="NAME", help="named shape of the problem (default: run.shape, paper)")
     ev.add_argument("--backend", choices=config_mod.BACKENDS)
     ev.add_argument("--json", action="store_true", help="print the EvalResult as one JSON object")
@@ -154,6 +166,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             run[key] = getattr(args, flag)
     if args.problem:
         run["problems"] = args.problem
+    run.update(_pair_overrides(args))
+    if args.references and not args.problem and not args.suite:
+        run["problems"] = []     # only the user's problems, not the default one
     overrides: dict[str, Any] = {"run": run}
     if args.backend:
         overrides["evaluation"] = {"backend": args.backend}
@@ -163,6 +178,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     outcome = start_run(cfg, args.run_id or new_run_id(), progress=not args.no_progress)
     _print_outcome(outcome)
     return 0
+
+
+def _pair_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """run.references/baselines/functions from repeated --reference/--baseline/--function."""
+    refs, bases, functions = args.references or [], args.baselines or [], args.functions or []
+    if not refs and not bases and not functions:
+        return {}
+    if len(refs) != len(bases):
+        raise UserError(f"give one --baseline per --reference ({len(refs)} reference(s), {len(bases)} baseline(s))")
+    if functions and len(functions) != len(bases):
+        raise UserError("give --function for every --baseline or for none ('' for a file's only kernel)")
+    out: dict[str, Any] = {"references": refs, "baselines": bases}
+    if functions:
+        out["functions"] = functions
+    return out
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
@@ -186,22 +216,45 @@ def _print_outcome(outcome: Any) -> None:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    if bool(args.problem) == bool(args.reference):
+        raise UserError("eval: give either --problem NAME or --reference REF.py")
+    if args.baseline and not args.reference:
+        raise UserError("eval: --baseline goes with --reference (a benchmark problem has its own)")
     path = Path(args.kernel)
     try:
         source = path.read_text()
     except OSError as exc:
         raise UserError(f"cannot read kernel file '{path}': {exc.strerror or exc}") from None
-    from fitness.entry import EntryError, select
-    from fitness.references import ReferenceError as ReferenceFailure
+    from fitness.entry import EntryError, entry_function, select
 
-    from .runner import load_problems, open_evaluator, problem_specs
-
-    if args.function:
+    function = args.function
+    if not function:
+        with contextlib.suppress(EntryError):   # none to choose: the evaluation says what is wrong
+            function = entry_function(source)
+    if function and function != "kernel" or args.function:
         try:
-            source = select(source, args.function)
+            source = select(source, function)
         except EntryError as exc:
             raise UserError(f"{path}: {exc}") from None
-    overrides: dict[str, Any] = {"run": {"problems": [args.problem]}}
+    result = _evaluate(args, source)
+    if args.json:
+        print(json.dumps(result.to_dict(), sort_keys=True))
+    else:
+        print(_describe_result(result, has_baseline=not args.reference or bool(args.baseline)))
+    return 0
+
+
+def _evaluate(args: argparse.Namespace, source: str) -> Any:
+    """`eval`'s one evaluation (a reference of the user's staged in a scratch folder)."""
+    from fitness.references import ReferenceError as ReferenceFailure
+    from fitness.simulator.dialect import detect
+
+    from .runner import check_problems, open_evaluator
+    from .user_problems import scratch
+
+    overrides: dict[str, Any] = {"run": {"problems": [args.problem] if args.problem else []}}
+    if args.reference:
+        overrides["run"].update(references=[args.reference], baselines=[args.baseline or ""])
     if args.suite_dir:
         overrides["run"]["suite_dir"] = args.suite_dir
     if args.shape:
@@ -209,25 +262,24 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.backend:
         overrides["evaluation"] = {"backend": args.backend}
     cfg = _resolve(args, _target_overrides(args, overrides))
-    (problem,) = load_problems(problem_specs(cfg))
-    with open_evaluator(cfg, None) as evaluator:
-        try:
-            result = evaluator.evaluate(problem.spec, source)
-        except ReferenceFailure as exc:
-            raise UserError(str(exc)) from None
-    if args.json:
-        print(json.dumps(result.to_dict(), sort_keys=True))
-    else:
-        print(_describe_result(result))
-    return 0
+    with scratch(cfg, dialect=detect(source)) as (staged, base):
+        (problem,) = check_problems(staged, base)
+        with open_evaluator(cfg, None) as evaluator:
+            try:
+                return evaluator.evaluate(problem.spec, source)
+            except ReferenceFailure as exc:
+                raise UserError(str(exc)) from None
 
 
-def _describe_result(r: Any) -> str:
+def _describe_result(r: Any, has_baseline: bool = True) -> str:
     dialect = f"dialect: {r.dialect} ({DIALECT_IMPORTS[r.dialect]})\n" if r.dialect else ""
     if not r.ok:
         return f"{dialect}{r.status}: {r.error}"
     pct = f", {r.percent_of_peak:.1f}% of peak" if r.percent_of_peak is not None else ", % of peak unknown"
-    speedup = f"speedup {r.speedup:.3f}x" if r.speedup is not None else "speedup unknown (the baseline failed)"
+    if r.speedup is not None:
+        speedup = f"speedup {r.speedup:.3f}x"
+    else:
+        speedup = "no speedup (no --baseline)" if not has_baseline else "speedup unknown (the baseline failed)"
     label = figure_label(r.backend, r.target, r.calibration, r.instance_type)
     lines = [f"{dialect}ok: {r.latency_ms:.4f} ms ({label}), {speedup}{pct}"]
     if r.profile.get("bottleneck"):

@@ -48,7 +48,8 @@ DIALECT_CHOICES = ("auto",) + tuple(DIALECT_OF_NAME)
 LATER_DEFAULTS = {"run.dialect": "auto", "run.mode": "generational", "run.max_in_flight": 4,
                   "evaluation.calibration": EvalSettings.calibration, "evaluation.executor": EvalSettings.executor,
                   "evaluation.ray_address": EvalSettings.ray_address, "memory.policy": MEMORY_DEFAULT_POLICY,
-                  "selection.survivors": MU_PLUS_LAMBDA,
+                  "selection.survivors": MU_PLUS_LAMBDA, "run.references": [], "run.baselines": [],
+                  "run.functions": [], "problem": {},
                   **LLM_LATER_DEFAULTS}
 
 
@@ -59,6 +60,12 @@ class RunSection:
     problems: list[str] = field(default_factory=lambda: ["silu"])
     suite: str = ""                      # "nkibench": every built-in problem
     suite_dir: str = ""                  # a folder in the official NKIBench layout
+    # Problems of the user's own: NumPy reference modules and, pair by pair, the baseline kernel
+    # each search starts from (`functions`: the baseline file's function, "" = its only kernel).
+    # A run folder's config names the copies it keeps under problems/, relative to the folder.
+    references: list[str] = field(default_factory=list)
+    baselines: list[str] = field(default_factory=list)
+    functions: list[str] = field(default_factory=list)
     shape: str = "paper"                 # named shape of every problem ("paper", "small", ...)
     dialect: str = "auto"                # baselines' NKI dialect: auto (the target's) | legacy | nki
     out: str = "runs"                    # parent folder of run folders
@@ -194,6 +201,9 @@ class Config:
     evaluation: EvaluationSection = field(default_factory=EvaluationSection)
     # Per-problem shape parameters, e.g. [shapes.silu] M = 256; checked against the problem.
     shapes: dict[str, dict[str, int]] = field(default_factory=dict)
+    # Shape parameters of every problem of the run (a reference module's constants, e.g.
+    # `--set problem.N=8192`); [shapes.NAME] wins for its problem.
+    problem: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -310,7 +320,12 @@ def _check(cfg: Config) -> Config:
             raise UserError(f"config key '{key}' {what}")
 
     need(cfg.run.gens >= 0, "run.gens", "must be >= 0")
-    need(bool(cfg.run.problems) or bool(cfg.run.suite), "run.problems", "must name at least one problem")
+    need(bool(cfg.run.problems) or bool(cfg.run.suite) or bool(cfg.run.references), "run.problems",
+         "must name at least one problem")
+    need(len(cfg.run.baselines) == len(cfg.run.references), "run.baselines",
+         "must give one baseline kernel per reference in run.references")
+    need(len(cfg.run.functions) in (0, len(cfg.run.baselines)), "run.functions",
+         "must be empty or give one function name per baseline")
     need(cfg.run.suite in ("", "nkibench"), "run.suite", "must be \"\" or \"nkibench\"")
     need(cfg.run.dialect in DIALECT_CHOICES, "run.dialect", f"must be one of {', '.join(DIALECT_CHOICES)}")
     need(cfg.run.mode in RUN_MODES, "run.mode", f"must be one of {', '.join(RUN_MODES)}")

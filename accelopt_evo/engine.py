@@ -229,7 +229,8 @@ class Engine:
             self.states[name] = state
             evaluations = self._evaluate(state, [baseline], f"gen 0 {name} baseline", 0)
             if not baseline.valid:
-                raise BaselineError(f"the baseline of '{name}' failed ({baseline.result.status}): "
+                raise BaselineError(f"the baseline of '{name}' ({problem.baseline_path}) failed "
+                                    f"({baseline.result.status}): "
                                     f"{baseline.result.error.splitlines()[0] if baseline.result.error else ''}")
             state.population = [baseline]
             n_mutants = self.cfg.population.size - 1

@@ -504,6 +504,21 @@ def _logbook_entries(data: RunData, problem: str | None = None) -> list[dict[str
     return [e for name, entries in logbook.items() if problem is None or name == problem for e in entries]
 
 
+def _problem_list(data: RunData, names: list[str]) -> str:
+    """The run's problems and their shape: the named shape, or with problems of the user's
+    own (whose shapes are their reference's constants) each problem's parameters."""
+    if not names:
+        return "none recorded yet"
+    if not data.setting("run", "references") or data.checkpoint is None:
+        return f"{', '.join(names)} (shape {data.setting('run', 'shape', '?')})"
+    out = []
+    for name in names:
+        info = data.checkpoint.problems.get(name)
+        params = info.spec.get("params") if info is not None else None
+        out.append(f"{name} ({', '.join(f'{k}={v}' for k, v in params.items())})" if params else name)
+    return ", ".join(out)
+
+
 def _header(data: RunData) -> list[str]:
     names = problems(data)
     gens = data.setting("run", "gens")
@@ -512,11 +527,12 @@ def _header(data: RunData) -> list[str]:
                 else f"generation {reached} checkpointed" if reached >= 0 else "no generation checkpointed yet")
     if isinstance(gens, int) and 0 <= reached < gens:
         progress += " (the run is in progress, was stopped by a budget, or was interrupted)"
+    elif isinstance(gens, int) and reached > gens:
+        progress = f"generation {reached} checkpointed (resumed beyond run.gens = {gens})"
     ops = data.setting("operators", "kind", "?")
     ops += " (offline knob tuning)" if data.offline else f" (LLM {data.setting('llm', 'model', '') or '?'})"
     lines = [f"# Run report: {data.folder.root.name}", "",
-             f"- Problems: {', '.join(names) if names else 'none recorded yet'}"
-             f" (shape {data.setting('run', 'shape', '?')})",
+             f"- Problems: {_problem_list(data, names)}",
              f"- Progress: {progress}",
              f"- Operators: {ops}; seed {data.setting('run', 'seed', '?')}",
              f"- Figures: {run_label(data)}."

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 import numpy as np
 from tqdm import tqdm
 
-from nkibench import registry
+from nkibench import registry, user
 from nkibench.problem import DIALECT_NAMES, DIALECT_OF_NAME, Problem
 from fitness.simulator.dialect import IMPORTS as DIALECT_IMPORTS
 from fitness.simulator.perf.hardware import hardware
@@ -23,6 +23,7 @@ from operators.base import Operators
 from operators.tuning import TuningOperators
 
 from . import config as config_mod
+from . import user_problems
 from .compat import serialize_ast_parse
 from .config import Config
 from .engine import BaselineError, Engine, GenerationReport
@@ -44,24 +45,40 @@ if TYPE_CHECKING:
 # Building the parts.
 
 
-def problem_specs(cfg: Config) -> list[Any]:
-    """The ProblemSpecs a config asks for (names, suite, shapes), validated."""
+def problem_specs(cfg: Config, base: Path | None = None) -> list[Any]:
+    """The ProblemSpecs a config asks for (names, suite, shapes, the user's staged problems
+    with paths relative to `base`), validated."""
     run = cfg.run
     names = list(run.problems)
     if run.suite == "nkibench":
         names = registry.builtin_names() if not run.suite_dir else _official_names(run.suite_dir)
-    unknown_shapes = [n for n in cfg.shapes if n not in names]
+    names = list(dict.fromkeys(names))   # keep order, drop repeats
+    suite_dirs = {name: run.suite_dir for name in names}
+    for folder in user_problems.folders(cfg, base):
+        name = _user_name(folder)
+        if name in suite_dirs:
+            raise UserError(f"two problems are named '{name}' (reference module {folder / 'reference.py'}); "
+                            f"rename one reference file")
+        suite_dirs[name] = str(folder)
+    unknown_shapes = [n for n in cfg.shapes if n not in suite_dirs]
     if unknown_shapes:
         raise UserError(f"config table 'shapes.{unknown_shapes[0]}' names a problem this run does not include")
     specs = []
-    for name in dict.fromkeys(names):  # keep order, drop repeats
+    for name, suite_dir in suite_dirs.items():
         try:
-            dialect = baseline_dialect(name, run.dialect, cfg.evaluation.target, run.suite_dir)
-            specs.append(registry.make_spec(name, run.shape, cfg.shapes.get(name), suite_dir=run.suite_dir,
-                                            dialect=dialect))
+            dialect = baseline_dialect(name, run.dialect, cfg.evaluation.target, suite_dir)
+            params = {**cfg.problem, **cfg.shapes.get(name, {})} or None
+            specs.append(registry.make_spec(name, run.shape, params, suite_dir=suite_dir, dialect=dialect))
         except registry.ProblemError as exc:
             raise UserError(str(exc)) from None
     return specs
+
+
+def _user_name(folder: Path) -> str:
+    try:
+        return user.read_meta(folder)["name"]
+    except user.UserProblemError as exc:
+        raise UserError(str(exc)) from None
 
 
 def _dialect_of(problem: Problem) -> str:
@@ -102,6 +119,18 @@ def load_problems(specs: list[Any]) -> list[Problem]:
     for spec in specs:
         try:
             problems.append(registry.load(spec))
+        except registry.ProblemError as exc:
+            raise UserError(str(exc)) from None
+    return problems
+
+
+def check_problems(cfg: Config, base: Path | None = None) -> list[Problem]:
+    """The config's problems, loaded and their work counted: a reference module that does not
+    import, lacks get_inputs or forward, or raises stops here in one line."""
+    problems = load_problems(problem_specs(cfg, base))
+    for problem in problems:
+        try:
+            problem.counts   # noqa: B018 -- a user's reference runs forward() once to count its work
         except registry.ProblemError as exc:
             raise UserError(str(exc)) from None
     return problems
@@ -339,17 +368,22 @@ EvaluatorFactory = Callable[[Config, RunFolder], Any]
 def start_run(cfg: Config, run_id: str, *, progress: bool = True, log: Callable[[str], None] = tqdm.write,
               evaluator_factory: EvaluatorFactory = open_evaluator) -> Outcome:
     """`run`: a new run folder, generation 0, then generations up to `cfg.run.gens`."""
-    problems = load_problems(problem_specs(cfg))
+    with user_problems.scratch(cfg) as (staged, base):
+        check_problems(staged, base)
     memory = new_memory(cfg)
     preflight = check_operators(cfg)  # fails fast (exit 2) on an unreachable endpoint or a refused parameter
     check_evaluation(cfg)        # and on a backend, calibration or executor this host lacks
     folder = RunFolder.create(cfg.run.out, run_id)
+    # The folder keeps the user's reference and baseline files; its config names those copies.
+    given, cfg = cfg, user_problems.stage_config(cfg, folder.root / user_problems.PROBLEMS_DIR, folder.root)
+    problems = load_problems(problem_specs(cfg, folder.root))
     write_text_atomic(folder.config, config_mod.to_toml(cfg))
     write_heldout(folder.heldout, new_heldout(cfg))
     log(f"run folder: {folder.root}")
     operators, why = choose_operators(cfg, folder.root, check=False, preflight=preflight)
     log(f"operators: {why}")
-    return _drive(cfg, folder, problems, operators, memory, None, cfg.run.gens, progress, log, evaluator_factory)
+    with user_problems.naming_originals(given, cfg, folder.root):
+        return _drive(cfg, folder, problems, operators, memory, None, cfg.run.gens, progress, log, evaluator_factory)
 
 
 def resume_run(path: str | Path, gens: int | None = None, *, progress: bool = True,
@@ -358,7 +392,7 @@ def resume_run(path: str | Path, gens: int | None = None, *, progress: bool = Tr
     folder = RunFolder.open(path)
     cfg = _saved_config(folder)
     checkpoint = newest_checkpoint(folder, cfg)
-    problems = load_problems(problem_specs(cfg))
+    problems = load_problems(problem_specs(cfg, folder.root))
     operators, why = choose_operators(cfg, folder.root)
     log(f"resuming {folder.root} from generation {checkpoint.generation}; operators: {why}")
     _keep_heldout(folder, cfg, checkpoint)

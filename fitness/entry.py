@@ -69,3 +69,24 @@ def select(source: str, function: str) -> str:
         kept.pop()
     tail = [] if function == "kernel" else ["", f"kernel = {function}"]
     return "\n".join(kept + tail) + "\n"
+
+
+def entry_function(source: str) -> str:
+    """The function of a file to evaluate when none is named: `kernel` when the file defines
+    one, else its only decorated top-level function (an `@nki.jit` kernel beside helpers),
+    else its only function; an error listing the candidates when that is ambiguous."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        raise EntryError(f"the kernel file does not parse (line {exc.lineno}: {exc.msg})") from None
+    functions = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
+    if any(f.name == "kernel" for f in functions):
+        return "kernel"
+    decorated = [f.name for f in functions if f.decorator_list]
+    for candidates in (decorated, [f.name for f in functions]):
+        if len(candidates) == 1:
+            return candidates[0]
+        if candidates:
+            raise EntryError(f"the kernel file defines several kernels ({', '.join(candidates)}); name one "
+                             f"with --function")
+    raise EntryError("the kernel file defines no function")

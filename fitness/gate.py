@@ -66,14 +66,18 @@ def _l2_errors_nonfinite(a: np.ndarray, e: np.ndarray) -> tuple[float, float, in
     return float(np.sqrt(diff_sq)), float(np.sqrt(ref_sq)), bad, first_bad
 
 
-def check_output(index: int, actual: Any, expected: np.ndarray, tolerance: float, seed_label: str) -> str | None:
-    """The failure message of one output, or None when it passes."""
+def check_output(index: int, actual: Any, expected: np.ndarray, tolerance: float, seed_label: str,
+                 dtype: np.dtype | None = None) -> str | None:
+    """The failure message of one output, or None when it passes. `dtype`: the type the output
+    must have when the expected figures are held wider (a bfloat16 problem's reference is
+    computed in float32); default the expected array's."""
     where = f"output {index} ({seed_label})"
     actual = np.asarray(actual)
+    want = expected.dtype if dtype is None else np.dtype(dtype)
     if actual.shape != expected.shape:
         return f"{where}: shape {actual.shape} differs from the reference's {expected.shape}"
-    if not _dtype_ok(actual.dtype, expected.dtype):
-        return f"{where}: dtype {actual.dtype} differs from the reference's {expected.dtype}"
+    if not _dtype_ok(actual.dtype, want):
+        return f"{where}: dtype {actual.dtype} differs from the reference's {want}"
     err, norm, bad, first = l2_errors(actual, expected)
     if bad:
         pos = np.unravel_index(first, expected.shape) if expected.ndim else ()
@@ -93,13 +97,15 @@ def _dtype_ok(actual: np.dtype, expected: np.dtype) -> bool:
     return a is not None and e is not None and a >= min(e, ENGINE_PRECISION)
 
 
-def check_outputs(outputs: Sequence[Any], expected: Sequence[np.ndarray], tolerance: float,
-                  seed_label: str) -> str | None:
-    """The first failure over all outputs of one seed, or None."""
+def check_outputs(outputs: Sequence[Any], expected: Sequence[np.ndarray], tolerance: float | Sequence[float],
+                  seed_label: str, dtypes: Sequence[np.dtype] | None = None) -> str | None:
+    """The first failure over all outputs of one seed, or None. `tolerance`: one for all
+    outputs or one per output; `dtypes`: see `check_output`."""
     if len(outputs) != len(expected):
         return f"{seed_label}: the kernel returned {len(outputs)} output(s), the reference has {len(expected)}"
+    tolerances = [tolerance] * len(expected) if isinstance(tolerance, (int, float)) else list(tolerance)
     for i, (out, ref) in enumerate(zip(outputs, expected)):
-        failure = check_output(i, out, ref, tolerance, seed_label)
+        failure = check_output(i, out, ref, tolerances[i], seed_label, dtypes[i] if dtypes else None)
         if failure:
             return failure
     return None

@@ -1,10 +1,13 @@
 """Precision downgrades read from a kernel's structure, not from its text.
 
-A kernel may not compute in a float type narrower than the reference's (capped at float32,
-the engines' arithmetic type): NKIBench's rule, which AccelOpt enforced by searching the text
-for "float16". Here the evidence is structural: dtype names the source refers to (`nl.bfloat16`,
-`dtype="float16"`), and the dtypes of the tensors and instructions the emulator traced. A
-comment or a variable named `float16_free` is not evidence; an alias `d = nl.bfloat16` is.
+A kernel may not compute in a float type narrower than the narrowest the problem itself uses:
+the float inputs of its reference and the dtypes its baseline names (capped at float32, the
+engines' arithmetic type). An fp32 problem refuses bfloat16 arithmetic (NKIBench's rule, which
+AccelOpt enforced by searching the text for "float16"); a bfloat16 problem accepts bfloat16
+and float32 and refuses fp8, unless its baseline computes in fp8. The evidence is structural:
+the dtypes of the tensors and instructions the emulator traced; on hardware, where there is
+no trace, the dtype names the source refers to (`nl.bfloat16`, `dtype="float16"`; a comment
+or a variable named `float16_free` is not evidence, an alias `d = nl.bfloat16` is).
 """
 
 from __future__ import annotations
@@ -92,16 +95,33 @@ def trace_dtypes(trace: Any) -> list[DtypeUse]:
     return list(seen.values())
 
 
-def required_bits(reference_dtypes: Sequence[Any]) -> int | None:
-    """Mantissa bits a kernel must keep: the widest float output of the reference, capped at
-    the engines' fp32; None when the reference has no float output."""
-    bits = [b for b in (mantissa_bits(d) for d in reference_dtypes) if b is not None]
-    return min(max(bits), ENGINE_PRECISION) if bits else None
+@dataclass(frozen=True)
+class Floor:
+    """The narrowest float type a problem's kernels may compute in, and where it comes from."""
+
+    bits: int | None     # explicit mantissa bits; None: no float anywhere, no rule
+    dtype: str           # its name, for messages
+    why: str             # "the reference's inputs" or "the baseline"
 
 
-def downgrades(uses: Iterable[DtypeUse], reference_dtypes: Sequence[Any]) -> list[DtypeUse]:
-    """The uses of a float type narrower than the reference requires."""
-    need = required_bits(reference_dtypes)
-    if need is None:
+def floor(input_dtypes: Sequence[Any], baseline_uses: Iterable[DtypeUse]) -> Floor:
+    """The precision floor of a problem: the narrowest float among the reference's inputs and
+    the dtypes its baseline uses, capped at the engines' fp32."""
+    found: list[tuple[int, str, str]] = []
+    for d in input_dtypes:
+        if (bits := mantissa_bits(d)) is not None:
+            found.append((min(bits, ENGINE_PRECISION), str(getattr(d, "name", d)), "the reference's inputs"))
+    for u in baseline_uses:
+        if (bits := mantissa_bits(u.dtype)) is not None:
+            found.append((min(bits, ENGINE_PRECISION), u.dtype, "the baseline"))
+    if not found:
+        return Floor(None, "", "")
+    bits, dtype, why = min(found, key=lambda f: f[0])
+    return Floor(bits, dtype, why)
+
+
+def downgrades(uses: Iterable[DtypeUse], limit: Floor) -> list[DtypeUse]:
+    """The uses of a float type narrower than the problem's floor."""
+    if limit.bits is None:
         return []
-    return [u for u in uses if (bits := mantissa_bits(u.dtype)) is not None and bits < need]
+    return [u for u in uses if (bits := mantissa_bits(u.dtype)) is not None and bits < limit.bits]

@@ -21,12 +21,13 @@ from typing import Any, Sequence, Union
 from nkibench.families import STANDARD
 from nkibench.problem import ProblemSpec
 
+from . import arrays
 from .cache import code_digest
 from .sandbox import clean_env, python_command
 
 # Bump when the files this module writes change; with a digest of the problems' code it names
 # the folder of reference data kept across runs, so that changed problems never serve stale data.
-REFERENCE_FORMAT = "1"
+REFERENCE_FORMAT = "2"   # 2: dtypes of inputs and outputs in meta.json (bfloat16 and fp8 problems)
 
 
 class ReferenceError(RuntimeError):
@@ -80,6 +81,11 @@ class SeedData:
     inputs: tuple[Input, ...]    # .npy paths (arrays) or Scalars, in the reference's argument order
     expected: tuple[str, ...]    # .npy paths, one per reference output
     family: str = STANDARD       # the input family the seed's inputs were drawn from
+    # The dtype names of the array inputs, and of the outputs a kernel must return: those of
+    # the reference run on the inputs as drawn. The expected files hold the reference's figures
+    # computed on the same inputs widened to float32 where they are narrower (`compute`).
+    input_dtypes: tuple[str, ...] = ()
+    expected_dtypes: tuple[str, ...] = ()
 
     def request_inputs(self) -> list[Any]:
         """The inputs as the kernel process's request carries them (JSON)."""
@@ -92,7 +98,7 @@ def load_input(entry: Any) -> Any:
         return Scalar.from_json(entry).restore()
     import numpy as np
 
-    return np.array(np.load(entry, mmap_mode="r", allow_pickle=False))
+    return np.array(arrays.load(entry, mmap=True))
 
 
 def reference_version() -> str:
@@ -146,7 +152,8 @@ class ReferenceStore:
         folder = self.seed_dir(spec, draw)
         meta = json.loads((folder / "meta.json").read_text())
         inputs = tuple(str(folder / n) if isinstance(n, str) else Scalar.from_json(n) for n in meta["inputs"])
-        return SeedData(draw[0], inputs, tuple(str(folder / n) for n in meta["expected"]), draw[1])
+        return SeedData(draw[0], inputs, tuple(str(folder / n) for n in meta["expected"]), draw[1],
+                        tuple(meta["input_dtypes"]), tuple(meta["expected_dtypes"]))
 
     def _compute(self, spec: ProblemSpec, draws: list[Draw]) -> None:
         (self.root / spec_key(spec)).mkdir(parents=True, exist_ok=True)
@@ -170,10 +177,16 @@ class ReferenceStore:
 
 
 def compute(spec: ProblemSpec, draws: Sequence[Draw], out: Path) -> None:
-    """Write `out/<seed folder>/{in-i.npy, out-j.npy, meta.json}` for every draw, read-only."""
+    """Write `out/<seed folder>/{in-i.npy, out-j.npy, meta.json}` for every draw, read-only.
+
+    With inputs narrower than float32 (bfloat16, fp8) the reference runs twice: on the inputs
+    as drawn, which gives the dtypes a kernel must return, and on the same values widened to
+    float32, which gives the figures a kernel is judged against (NumPy would otherwise round
+    every intermediate of the reference to the narrow type)."""
     import numpy as np
 
     from nkibench.registry import load
+    from nkibench.user import widen
 
     problem = load(spec)
     for seed, family in draws:
@@ -186,14 +199,20 @@ def compute(spec: ProblemSpec, draws: Sequence[Draw], out: Path) -> None:
             if scalar is not None:
                 names_in.append(scalar.to_json())
                 continue
-            np.save(folder / f"in-{i}.npy", np.asarray(x), allow_pickle=False)
+            arrays.save(folder / f"in-{i}.npy", np.asarray(x))
             names_in.append(f"in-{i}.npy")
         expected = problem.reference(*inputs)
+        declared = [arrays.dtype_name(np.asarray(y).dtype) for y in expected]
+        wide = widen(inputs)
+        if any(w is not x for w, x in zip(wide, inputs)):
+            expected = problem.reference(*wide)
         names_out = []
         for j, y in enumerate(expected):
-            np.save(folder / f"out-{j}.npy", np.asarray(y), allow_pickle=False)
+            arrays.save(folder / f"out-{j}.npy", np.asarray(y))
             names_out.append(f"out-{j}.npy")
-        (folder / "meta.json").write_text(json.dumps({"inputs": names_in, "expected": names_out}))
+        input_dtypes = [arrays.dtype_name(np.asarray(x).dtype) for x in inputs if Scalar.of(x) is None]
+        (folder / "meta.json").write_text(json.dumps({"inputs": names_in, "expected": names_out,
+                                                      "input_dtypes": input_dtypes, "expected_dtypes": declared}))
         for name in [n for n in names_in if isinstance(n, str)] + names_out:
             (folder / name).chmod(0o444)
 

@@ -1,9 +1,12 @@
 """The paper's roofline: the best latency a problem could reach on a target.
 
-peak latency = max(matmul flops / TensorE fp32 peak, vector flops / vector peak,
+peak latency = max(matmul flops / TensorE peak, vector flops / vector peak,
 HBM bytes / HBM bandwidth); percent_of_peak = peak latency / latency * 100. The flop and
 byte counts come from the problem (nkibench); the peaks are per target: AccelOpt's constants
-for trn1, the documented figures of the target's `Hardware` entry for trn2 and trn3.
+for trn1, the documented figures of the target's `Hardware` entry for trn2 and trn3. The
+TensorE peak is the fp32 one (four passes per row) scaled to the problem's matmul dtype by
+the target's cycles per column: 4x for bfloat16 and fp16, more for fp8 where the target has
+a double-rate mode.
 """
 
 from __future__ import annotations
@@ -45,11 +48,18 @@ class Roofline:
     bound: str  # "mm", "vec" or "memory" (the paper's names)
 
 
-def roofline(flops_matmul: float, flops_vector: float, hbm_bytes: float, target: str) -> Roofline:
+def matmul_peak(p: Peaks, target: str, dtype: str) -> float:
+    """TensorE flops per second on operands of `dtype` (the fp32 peak for float32)."""
+    hw = hardware(target)
+    return p.matmul_flops_per_s * hw.mm_cycles("float32") / hw.mm_cycles(dtype)
+
+
+def roofline(flops_matmul: float, flops_vector: float, hbm_bytes: float, target: str,
+             matmul_dtype: str = "float32") -> Roofline:
     p = peaks(target)
     terms = {
         "vec": flops_vector / p.vector_flops_per_s,
-        "mm": flops_matmul / p.matmul_flops_per_s,
+        "mm": flops_matmul / matmul_peak(p, target, matmul_dtype),
         "memory": hbm_bytes / p.hbm_bytes_per_s,
     }
     bound = max(terms, key=terms.__getitem__)
@@ -64,7 +74,8 @@ class Bound:
     why: str
 
 
-def lower_bound(flops_matmul: float, hbm_bytes: float, kernel_hbm_bytes: float, target: str) -> Bound:
+def lower_bound(flops_matmul: float, hbm_bytes: float, kernel_hbm_bytes: float, target: str,
+                matmul_dtype: str = "float32") -> Bound:
     """The latency below which an estimate is a model error: the problem's HBM bytes and matmul
     flops, and the HBM bytes the kernel itself moves, each at the target's peak. The vector
     term of the roofline is left out: it counts the reference's element-wise operations, which
@@ -72,7 +83,7 @@ def lower_bound(flops_matmul: float, hbm_bytes: float, kernel_hbm_bytes: float, 
     p = peaks(target)
     terms = {
         f"the problem's {hbm_bytes / 1e6:.3g} MB of HBM traffic": hbm_bytes / p.hbm_bytes_per_s,
-        f"the problem's {flops_matmul / 1e9:.3g} GFLOP of matmul": flops_matmul / p.matmul_flops_per_s,
+        f"the problem's {flops_matmul / 1e9:.3g} GFLOP of matmul": flops_matmul / matmul_peak(p, target, matmul_dtype),
         f"the kernel's own {kernel_hbm_bytes / 1e6:.3g} MB of HBM traffic": kernel_hbm_bytes / p.hbm_bytes_per_s,
     }
     why = max(terms, key=terms.__getitem__)

@@ -1,6 +1,6 @@
 """The evaluation service: `Evaluator` turns kernel sources into EvalResults.
 
-One evaluation: cache lookup -> static policy -> precision of the source's dtype references ->
+One evaluation: cache lookup -> static policy -> precision of the source's dtype references (hardware) ->
 reference data of every seed (computed once per problem and seed, in another process) -> a
 fresh sandboxed kernel process that runs the kernel on each seed while this process judges
 the outputs seed by seed -> latency and profile from the backend -> speedup against the
@@ -31,7 +31,7 @@ from nkibench.registry import load
 
 from fitness.simulator.perf import calibration as calibration_mod
 
-from . import backends, gate, policy, precision, sandbox
+from . import arrays, backends, gate, policy, precision, sandbox
 from .backends.trainium import CoreLeases, core_env
 from .cache import EvalCache, cache_key, evaluator_version
 from .forkserver import ForkServer
@@ -44,6 +44,9 @@ from .settings import EvalSettings
 from .simulator.dialect import Dialect
 
 
+# The baseline of a problem that has none (a user's problem evaluated without --baseline):
+# every kernel's speedup is unknown.
+NO_BASELINE = EvalResult(REJECTED, "the problem has no baseline kernel")
 # What the fork server imports once for every simulator kernel process.
 FORK_PRELOAD = ("numpy", "fitness.worker", "fitness.guard", "fitness.policy", "fitness.precision",
                 "fitness.backends", "fitness.backends.simulator", "fitness.simulator", "fitness.simulator.perf",
@@ -251,7 +254,7 @@ class Evaluator:
             if future is None or (future.done() and future.exception() is not None):
                 source = load(spec).baseline_source
                 key = self._key(spec, source)
-                hit = self._cache.get(key)
+                hit = self._cache.get(key) if source.strip() else NO_BASELINE
                 if hit is not None:
                     future = Future()
                     future.set_result(hit)
@@ -343,7 +346,8 @@ class Evaluator:
                 result.speedup = baseline.latency_ms / result.latency_ms
             counts = load(spec).counts
             if counts is not None:
-                peak = roofline(counts.flops_matmul, counts.flops_vector, counts.hbm_bytes, self.target)
+                peak = roofline(counts.flops_matmul, counts.flops_vector, counts.hbm_bytes, self.target,
+                                counts.matmul_dtype)
                 result.percent_of_peak = percent_of_peak(peak.peak_latency_ms, result.latency_ms)
         return result
 
@@ -442,23 +446,28 @@ def judge_cases(spec: ProblemSpec, source: str, cases: Callable[[], list[Case]],
     evaluator and a Ray task judge through this same function."""
     problem = load(spec)
     seeds = cases()
-    references = [np.load(p, mmap_mode="r") for p in seeds[0].data.expected]
-    reference_dtypes = [r.dtype for r in references]
-    downgraded = precision.downgrades(precision.source_dtypes(source), reference_dtypes)
-    if downgraded:
-        return EvalResult(INCORRECT, _precision_message(downgraded[0], reference_dtypes))
+    data = seeds[0].data
+    declared = [arrays.dtype_of(d) for d in data.expected_dtypes]
+    limit = precision.floor([arrays.dtype_of(d) for d in data.input_dtypes],
+                            precision.source_dtypes(problem.baseline_source))
+    if launcher.backend != "simulator":   # no trace to read the dtypes from: the source's references
+        downgraded = precision.downgrades(precision.source_dtypes(source), limit)
+        if downgraded:
+            return EvalResult(INCORRECT, _precision_message(downgraded[0], limit))
     workdir = Path(tempfile.mkdtemp(prefix=_scratch_prefix(KERNEL_PREFIX), dir=_work_root()))
     try:
-        judge = _Judge(problem, seeds, settings.rel_tol or problem.tolerance, workdir)
+        tolerances = [settings.rel_tol or problem.tolerance_for(d) for d in declared]
+        judge = _Judge(problem, seeds, tolerances, declared, limit, workdir)
         request = {
             "source": source, "problem": [spec.name, list(spec.params), spec.suite_dir],
             "backend": launcher.backend, "target": launcher.target,
             "options": launcher.options,
             "cases": [{"label": c.label, "inputs": c.data.request_inputs()} for c in seeds],
-            "outputs": [{"shape": list(r.shape), "dtype": r.dtype.str} for r in references],
+            "outputs": [{"shape": list(shape), "dtype": arrays.dtype_name(d)}
+                        for shape, d in zip(_shapes(data.expected), declared)],
         }
         outcome, worker = launcher.run(request, workdir, judge.on_message, running)
-        result = judge.result(outcome, reference_dtypes, settings.timeout_s)
+        result = judge.result(outcome, settings.timeout_s)
         if result.ok and launcher.backend == "simulator":
             result = below_bound(problem, result, launcher.target)
         if result.ok and keep is not None and judge.artifacts:
@@ -477,7 +486,7 @@ def below_bound(problem: Problem, result: EvalResult, target: str) -> EvalResult
     if counts is None or result.latency_ms is None:
         return result
     own = float(result.profile.get("hbm_read_bytes") or 0) + float(result.profile.get("hbm_write_bytes") or 0)
-    bound = lower_bound(counts.flops_matmul, counts.hbm_bytes, own, target)
+    bound = lower_bound(counts.flops_matmul, counts.hbm_bytes, own, target, counts.matmul_dtype)
     if result.latency_ms >= bound.latency_ms:
         return result
     return EvalResult(MODEL_ERROR, f"the estimated latency {result.latency_ms:.4g} ms is below {bound.latency_ms:.4g} ms, "
@@ -494,10 +503,13 @@ def internal_error(exc: Exception) -> EvalResult:
 class _Judge:
     """Judges the outputs a kernel process reports, seed by seed, in the engine process."""
 
-    def __init__(self, problem: Problem, cases: list[Case], tolerance: float, workdir: Path) -> None:
+    def __init__(self, problem: Problem, cases: list[Case], tolerances: list[float], dtypes: list[np.dtype],
+                 limit: precision.Floor, workdir: Path) -> None:
         self.problem = problem
         self.cases = cases
-        self.tolerance = tolerance
+        self.tolerances = tolerances     # per output
+        self.dtypes = dtypes             # the dtype of each output a kernel must return
+        self.limit = limit
         self.workdir = workdir
         self.judged = 0
         self.failure: tuple[str, str] | None = None
@@ -507,6 +519,11 @@ class _Judge:
     def on_message(self, msg: dict[str, Any]) -> bool:
         event = msg.get("event")
         if event == "outputs":
+            uses = [precision.DtypeUse(str(d), int(line), str(what)) for d, line, what in msg.get("dtypes", [])]
+            downgraded = precision.downgrades(uses, self.limit)
+            if downgraded:
+                self.failure = (INCORRECT, _precision_message(downgraded[0], self.limit))
+                return False
             self.failure = self._judge(int(msg["case"]), [str(f) for f in msg["files"]], bool(msg["single"]))
             self.judged += 1
             return self.failure is None
@@ -522,13 +539,13 @@ class _Judge:
         case = self.cases[index]
         paths = [self.workdir / Path(f).name for f in files]
         try:
-            outs = [np.load(p, mmap_mode="r", allow_pickle=False) for p in paths]
-            expected = tuple(np.load(p, mmap_mode="r", allow_pickle=False) for p in case.data.expected)
+            outs = [arrays.load(p, mmap=True) for p in paths]
+            expected = tuple(arrays.load(p, mmap=True) for p in case.data.expected)
             try:
                 arranged = self.problem.from_kernel_outputs(outs[0] if single and outs else tuple(outs), expected)
             except (ValueError, TypeError, IndexError) as exc:
                 return INCORRECT, f"{case.label}: {exc}"
-            failure = gate.check_outputs(arranged, expected, self.tolerance, case.label)
+            failure = gate.check_outputs(arranged, expected, self.tolerances, case.label, self.dtypes)
             return (INCORRECT, failure) if failure else None
         except (OSError, ValueError) as exc:
             return INCORRECT, f"{case.label}: the kernel's outputs could not be read ({exc})"
@@ -536,7 +553,7 @@ class _Judge:
             for p in paths:
                 p.unlink(missing_ok=True)
 
-    def result(self, outcome: sandbox.Outcome, reference_dtypes: list[np.dtype], timeout_s: float) -> EvalResult:
+    def result(self, outcome: sandbox.Outcome, timeout_s: float) -> EvalResult:
         """The evaluation's result once the kernel process has ended."""
         if self.failure is not None:
             return EvalResult(*self.failure)
@@ -550,10 +567,6 @@ class _Judge:
             detail = outcome.stderr.strip().splitlines()[-1:] if outcome.stderr.strip() else []
             tail = f"; last output: {detail[0][:300]}" if detail else ""
             return EvalResult(CRASHED, f"{outcome.describe_exit()} {progress}{tail}")
-        uses = [precision.DtypeUse(str(d), int(line), str(what)) for d, line, what in self.done.get("dtypes", [])]
-        downgraded = precision.downgrades(uses, reference_dtypes)
-        if downgraded:
-            return EvalResult(INCORRECT, _precision_message(downgraded[0], reference_dtypes))
         return EvalResult(OK, latency_ms=float(self.done["latency_ms"]), profile=dict(self.done.get("profile", {})))
 
 
@@ -628,7 +641,11 @@ def _work_root() -> str | None:
     return str(shm) if shm.is_dir() and os.access(shm, os.W_OK | os.X_OK) else None
 
 
-def _precision_message(use: precision.DtypeUse, reference_dtypes: list[np.dtype]) -> str:
-    ref = ", ".join(sorted({str(d) for d in reference_dtypes}))
-    return (f"precision downgrade: {use.describe()} is narrower than the reference's {ref} "
-            "(kernels must keep the reference's precision)")
+def _precision_message(use: precision.DtypeUse, limit: precision.Floor) -> str:
+    return (f"precision downgrade: {use.describe()} is narrower than {limit.dtype}, the narrowest type "
+            f"{limit.why} use (kernels may not compute in less precision than the problem)")
+
+
+def _shapes(paths: Sequence[str]) -> list[tuple[int, ...]]:
+    """The shapes of .npy files, read from their headers."""
+    return [arrays.load(p, mmap=True).shape for p in paths]

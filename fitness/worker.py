@@ -8,9 +8,9 @@ the engine judges seed k while seed k+1 runs. Every seed's trace must equal the 
 kernel whose instructions depend on its inputs' values is refused); after the last seed the
 latency is obtained once, from the first seed's trace. Messages go to a private pipe as JSON lines:
   {"event": "ready"}                                   (imports done, guard installed)
-  {"event": "outputs", "case": k, "files": [...], "single": bool}
+  {"event": "outputs", "case": k, "files": [...], "single": bool[, "dtypes": [...]]}  (dtypes: first seed)
   {"event": "failed", "status": ..., "message": ...}
-  {"event": "done", "latency_ms": ..., "profile": {...}, "dtypes": [...], "artifacts": [...]}
+  {"event": "done", "latency_ms": ..., "profile": {...}, "artifacts": [...]}
 """
 
 from __future__ import annotations
@@ -113,21 +113,27 @@ def evaluate(request: dict[str, Any], send: Send) -> None:
         except BaseException as exc:   # e.g. the emulator refusing to hand out a kernel tensor
             fail(exc)
             return
-        send(event="outputs", case=k, files=files, single=single)
-        if first is None:
+        if first is None:   # the dtypes it computes in go first: precision is judged before values
             first = (args, trace)
+            try:
+                dtypes = [[u.dtype, u.line, u.what] for u in runner.structure_dtypes(trace)]
+            except BaseException as exc:
+                fail(exc)
+                return
+            send(event="outputs", case=k, files=files, single=single, dtypes=dtypes)
+        else:
+            send(event="outputs", case=k, files=files, single=single)
         del raw, args
     assert first is not None
     try:
         latency, profile = runner.measure(source, first[0], first[1])
-        dtypes = [[u.dtype, u.line, u.what] for u in runner.structure_dtypes(first[1])]
     except BaseException as exc:
         status, message = classify(exc, memory_mb)
         if status == "compile_error" and not _is_nki_error(exc):
             status, message = "crashed", f"measuring the latency failed: {message}"
         send(event="failed", status=status, message=message)
         return
-    send(event="done", latency_ms=latency, profile=profile, dtypes=dtypes,
+    send(event="done", latency_ms=latency, profile=profile,
          artifacts=list(getattr(runner, "artifacts", [])))
 
 
@@ -159,6 +165,8 @@ def save_outputs(raw: Any, case: int, expected: list[dict[str, Any]] | None = No
     larger or wider arrays than the reference could otherwise fill it."""
     import numpy as np
 
+    from . import arrays
+
     single = not isinstance(raw, (tuple, list))
     outs = [raw] if single else list(raw)
     for j, value in enumerate(outs):
@@ -171,14 +179,14 @@ def save_outputs(raw: Any, case: int, expected: list[dict[str, Any]] | None = No
     files = []
     for j, arr in enumerate(outs):
         name = f"case{case}-out{j}.npy"
-        np.save(name, arr, allow_pickle=False)
+        arrays.save(name, arr)
         files.append(name)
     return files, single
 
 
 def _layout_mismatch(outs: list[Any], expected: list[dict[str, Any]]) -> str:
     """Why the outputs cannot be the reference's (count, element count, dtype width), or ""."""
-    import numpy as np
+    from . import arrays
 
     if len(outs) != len(expected):
         return f"the kernel returned {len(outs)} output(s), the reference has {len(expected)}"
@@ -187,15 +195,15 @@ def _layout_mismatch(outs: list[Any], expected: list[dict[str, Any]]) -> str:
         if arr.size != size:
             return (f"output {j} has {arr.size} elements (shape {list(arr.shape)}), the reference's has {size} "
                     f"(shape {list(e['shape'])})")
-        if arr.dtype.itemsize > np.dtype(e["dtype"]).itemsize:
+        if arr.dtype.itemsize > arrays.dtype_of(e["dtype"]).itemsize:
             return f"output {j} has dtype {arr.dtype}, wider than the reference's {e['dtype']}"
     return ""
 
 
 def _nbytes(e: dict[str, Any]) -> int:
-    import numpy as np
+    from . import arrays
 
-    return math.prod(e["shape"]) * np.dtype(e["dtype"]).itemsize
+    return math.prod(e["shape"]) * arrays.dtype_of(e["dtype"]).itemsize
 
 
 def limit_file_size(nbytes: int) -> None:

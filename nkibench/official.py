@@ -27,8 +27,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from .families import Family
-from .problem import Counts, Problem, ProblemSpec, as_tuple, reshape_like
-from .registry import ProblemError, builtin_names
+from . import problems as _problems_pkg
+from .problem import Counts, Problem, ProblemError, ProblemSpec, as_tuple, reshape_like
 
 DEFAULT_TOLERANCE = 2e-5  # the paper's L2 relative tolerance when no built-in problem says otherwise
 REQUIRED_FUNCTIONS = ("get_inputs", "forward")
@@ -138,26 +138,36 @@ def import_reference(path: Path) -> ModuleType:
     naming the file."""
     if not path.is_file():
         raise SuiteError(f"reference module {path}: file not found")
-    mod_name = "_nkibench_reference_" + hashlib.sha1(str(path).encode()).hexdigest()[:12]
-    spec = importlib.util.spec_from_file_location(mod_name, path)
+    return exec_reference(path, "_nkibench_reference_" + hashlib.sha1(str(path).encode()).hexdigest()[:12])
+
+
+def exec_reference(path: Path, name: str, code: Any = None, error: type[SuiteError] = SuiteError) -> ModuleType:
+    """Execute the reference module of `path` (`code`: its compiled text, default the file's) as
+    module `name`, unregistered; `error` names the file for a failed import or a missing
+    get_inputs() or forward()."""
+    spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
-        raise SuiteError(f"reference module {path}: not an importable Python file")
+        raise error(f"reference module {path}: not an importable Python file")
     module = importlib.util.module_from_spec(spec)
     try:
-        spec.loader.exec_module(module)
+        if code is None:
+            spec.loader.exec_module(module)
+        else:
+            exec(code, module.__dict__)
     except (Exception, SystemExit) as e:
-        raise SuiteError(f"reference module {path}: import failed: {type(e).__name__}: {e}") from None
+        raise error(f"reference module {path}: import failed: {type(e).__name__}: {e}") from None
     missing = [f for f in REQUIRED_FUNCTIONS if not callable(getattr(module, f, None))]
     if missing:
-        raise SuiteError(f"reference module {path}: missing function(s) {', '.join(f + '()' for f in missing)}")
+        raise error(f"reference module {path}: missing function(s) {', '.join(f + '()' for f in missing)}")
     return module
 
 
 def _builtin_module(name: str, values: dict[str, int]) -> ModuleType | None:
     """The built-in problem module describing the same operator, if names and parameters match."""
-    if name not in builtin_names():
+    if (not name.isidentifier() or name.startswith("_")
+            or importlib.util.find_spec(f"{_problems_pkg.__name__}.{name}") is None):
         return None
-    mod = importlib.import_module(f"{__package__}.problems.{name}")
+    mod = importlib.import_module(f"{_problems_pkg.__name__}.{name}")
     return mod if set(mod.PARAMS) == set(values) else None
 
 

@@ -25,6 +25,10 @@ DIALECT_NAMES = {"legacy": "legacy", "current": "nki"}
 DIALECT_OF_NAME = {v: k for k, v in DIALECT_NAMES.items()}
 
 
+class ProblemError(ValueError):
+    """A problem name, shape or suite folder that cannot be used; the message says why."""
+
+
 @dataclass(frozen=True)
 class ProblemSpec:
     """Identity of one problem instance; equal specs give equal problems."""
@@ -54,11 +58,28 @@ class ProblemSpec:
 
 @dataclass(frozen=True)
 class Counts:
-    """Roofline counts of a problem (the paper's formulas)."""
+    """Roofline counts of a problem (the paper's formulas, or counted for a user's problem)."""
 
     flops_matmul: float
     flops_vector: float
     hbm_bytes: float
+    matmul_dtype: str = "float32"   # the operands' dtype, which sets the TensorE peak
+
+
+def low_precision_tolerance(dtype: np.dtype, reduction: int) -> float:
+    """The L2 relative tolerance an output of a float type narrower than float32 needs, or 0.
+
+    With u = 2^-(mantissa bits + 1) the type's unit roundoff: 4u covers rounding the output
+    once and a few intermediate roundings to the same type (torch.testing's default rtol for
+    bfloat16, 1.6e-2, is 4u), and u·sqrt(reduction / 128) a rounding of each 128-element
+    partial sum when a reduction of that length is accumulated in the output type (rounding
+    errors of independent partial sums add in quadrature). At most 0.25, so that a result of
+    zeros (error 1) or a shifted one is still refused whatever the type (fp8's u is 1/16)."""
+    nmant = float_mantissa(dtype)
+    if nmant is None or nmant >= FP32_MANTISSA:
+        return 0.0
+    u = 2.0 ** -(nmant + 1)
+    return min(MAX_TOLERANCE, u * (4.0 + (max(reduction, 1) / 128) ** 0.5))
 
 
 class Problem(abc.ABC):
@@ -121,6 +142,16 @@ class Problem(abc.ABC):
         """The NumPy reference as source text (what LLM prompts show)."""
         return ""
 
+    @property
+    def reduction_length(self) -> int:
+        """The longest reduction of the problem (elements summed into one output element)."""
+        return 1
+
+    def tolerance_for(self, dtype: np.dtype) -> float:
+        """The L2 relative tolerance of an output of `dtype`: the problem's own, widened for a
+        float type narrower than float32 (`low_precision_tolerance`)."""
+        return max(self.tolerance, low_precision_tolerance(dtype, self.reduction_length))
+
     # Convenience for the flop/byte properties named in DESIGN.md.
     @property
     def flops_matmul(self) -> float | None:
@@ -137,6 +168,36 @@ class Problem(abc.ABC):
 
 def as_tuple(value: Any) -> tuple[np.ndarray, ...]:
     return tuple(value) if isinstance(value, (tuple, list)) else (value,)
+
+
+def widen(inputs: Sequence[Any]) -> list[Any]:
+    """The inputs with every float array narrower than float32 widened to float32: what the
+    reference computes on, so that its figures are exact on the rounded inputs a kernel gets."""
+    out = []
+    for x in inputs:
+        if isinstance(x, np.ndarray) and _is_narrow_float(x.dtype):
+            x = x.astype(np.float32)
+        out.append(x)
+    return out
+
+
+FP32_MANTISSA = 23
+MAX_TOLERANCE = 0.25
+
+
+def float_mantissa(dtype: Any) -> int | None:
+    """Explicit mantissa bits of a float dtype (NumPy's or ml_dtypes'); None for other types."""
+    import ml_dtypes
+
+    try:
+        return int(ml_dtypes.finfo(dtype).nmant)
+    except (ValueError, TypeError):
+        return None
+
+
+def _is_narrow_float(dtype: np.dtype) -> bool:
+    nmant = float_mantissa(dtype)
+    return nmant is not None and nmant < FP32_MANTISSA
 
 
 def reshape_like(raw: Any, reference_out: tuple[np.ndarray, ...]) -> list[np.ndarray]:

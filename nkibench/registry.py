@@ -10,7 +10,9 @@ from pathlib import Path
 
 from . import examples as _examples_pkg
 from . import problems as _problems_pkg
-from .problem import DIALECT_NAMES, BuiltinProblem, Problem, ProblemSpec
+from . import user
+from .official import load_official, official_spec
+from .problem import DIALECT_NAMES, BuiltinProblem, Problem, ProblemError, ProblemSpec
 
 __all__ = ["BASELINES", "DIALECT_NAMES", "EXAMPLE_BASELINES", "NKI_BASELINES", "ProblemError", "baseline_dialects",
            "baseline_path", "builtin_names", "example_names", "load", "make_spec", "own_dialect", "shape_names"]
@@ -19,10 +21,6 @@ __all__ = ["BASELINES", "DIALECT_NAMES", "EXAMPLE_BASELINES", "NKI_BASELINES", "
 BASELINES = Path(__file__).resolve().parent / "baselines"   # package data: the baseline kernels
 NKI_BASELINES = BASELINES / "nki"      # the NKIBench problems' baselines in the current dialect
 EXAMPLE_BASELINES = Path(_examples_pkg.__file__).resolve().parent / "baselines"
-
-
-class ProblemError(ValueError):
-    """A problem name, shape or suite folder that cannot be used; the message says why."""
 
 
 def _names(package) -> list[str]:
@@ -48,7 +46,10 @@ def _module(name: str):
 
 
 def own_dialect(name: str, suite_dir: str = "") -> str:
-    """The dialect of a problem's own baseline: current for the SDK examples, else legacy."""
+    """The dialect of a problem's own baseline: current for the SDK examples, a user's problem's
+    as its baseline imports it, else legacy."""
+    if suite_dir and user.is_problem_folder(suite_dir):
+        return user.read_meta(suite_dir)["dialect"]
     return "current" if not suite_dir and name in example_names() else "legacy"
 
 
@@ -87,9 +88,10 @@ def make_spec(name: str, shape: str = "paper", params: dict[str, int] | None = N
               suite_dir: str = "", dialect: str = "") -> ProblemSpec:
     """The spec of problem `name` at the named `shape`, with single parameters overridden,
     starting from its baseline in `dialect` ("legacy" or "current"; "": its own)."""
-    if suite_dir:
-        from .official import official_spec  # the official layout has fixed shapes per case
-
+    if suite_dir and user.is_problem_folder(suite_dir):
+        _check_dialect(name, suite_dir, dialect)
+        return user.spec(suite_dir, params)
+    if suite_dir:   # the official layout has fixed shapes per case
         _check_dialect(name, suite_dir, dialect)
         return official_spec(suite_dir, name, params or {})
     dialect = _check_dialect(name, "", dialect)
@@ -115,9 +117,9 @@ def make_spec(name: str, shape: str = "paper", params: dict[str, int] | None = N
 @functools.lru_cache(maxsize=64)
 def load(spec: ProblemSpec) -> Problem:
     """Build the Problem for a spec (cached per process)."""
+    if spec.suite_dir and user.is_problem_folder(spec.suite_dir):
+        return user.load_user(spec)
     if spec.suite_dir:
-        from .official import load_official
-
         return load_official(spec)
     mod = _module(spec.name)
     return BuiltinProblem(

@@ -8,6 +8,21 @@ from typing import Any
 
 from ..precision import DtypeUse, trace_dtypes
 
+KERNEL_FILE = "kernel.py"   # the file name errors give the kernel's source
+
+
+def check_target_dtypes(trace: Any, target: str) -> None:
+    """Refuse, as the compiler would, a kernel using a dtype the target lacks (fp8 on trn1)."""
+    from fitness.simulator.errors import UnsupportedDtypeError
+    from fitness.simulator.perf.hardware import hardware
+
+    if hardware(target).float8:
+        return
+    for use in trace_dtypes(trace):
+        if use.dtype.startswith("float8"):
+            raise UnsupportedDtypeError(f"{use.describe()}: the fp8 types exist on trn2 and trn3, not on {target}",
+                                        KERNEL_FILE, use.line)
+
 
 class SimulatorRunner:
     allow_exec = False
@@ -26,7 +41,8 @@ class SimulatorRunner:
         self._estimate = estimate
 
     def run(self, source: str, args: list[Any]) -> tuple[Any, Any]:
-        result = self._run_kernel(source, args, filename="kernel.py", kernel_name="kernel")
+        result = self._run_kernel(source, args, filename=KERNEL_FILE, kernel_name="kernel")
+        check_target_dtypes(result.trace, self.target)
         return result.outputs, result.trace
 
     def measure(self, source: str, args: list[Any], trace: Any) -> tuple[float, dict[str, Any]]:

@@ -94,16 +94,25 @@ def test_source_dtypes_are_structural_not_textual():
     assert precision.source_dtypes("x = 1  # float16\ny = 'float16'\n") == []
 
 
-def test_downgrade_is_relative_to_the_reference():
-    f32, f64 = [np.dtype(np.float32)], [np.dtype(np.float64)]
+def test_downgrade_is_relative_to_the_narrowest_type_the_problem_uses():
+    def floor(inputs, baseline=()):
+        return precision.floor([np.dtype(d) for d in inputs], [precision.DtypeUse(d, 1, "x") for d in baseline])
+
     uses = [precision.DtypeUse("bfloat16", 3, "sbuf tensor 't'"), precision.DtypeUse("float32", 4, "x")]
-    assert [u.dtype for u in precision.downgrades(uses, f32)] == ["bfloat16"]
-    # fp32 is enough for a float64 reference (engines compute in fp32)
-    assert precision.downgrades([precision.DtypeUse("float32", 1, "x")], f64) == []
-    # integer references impose nothing
-    assert precision.downgrades(uses, [np.dtype(np.int32)]) == []
-    # a bf16 reference accepts bf16
-    assert precision.downgrades(uses, [np.dtype(ml_dtypes.bfloat16)]) == []
+    assert [u.dtype for u in precision.downgrades(uses, floor([np.float32]))] == ["bfloat16"]
+    # fp32 is enough for float64 inputs (engines compute in fp32)
+    assert precision.downgrades([precision.DtypeUse("float32", 1, "x")], floor([np.float64])) == []
+    # integer inputs and a baseline without floats impose nothing
+    assert precision.downgrades(uses, floor([np.int32])) == []
+    # bf16 inputs accept bf16 and fp32, but not fp8 ...
+    bf16 = floor([ml_dtypes.bfloat16, np.float32])
+    assert precision.downgrades(uses, bf16) == []
+    fp8 = [precision.DtypeUse("float8_e4m3", 7, "output of nisa.nc_matmul")]
+    assert precision.downgrades(fp8, bf16) == fp8 and bf16.why == "the reference's inputs"
+    # ... unless the baseline computes in fp8 itself
+    assert precision.downgrades(fp8, floor([ml_dtypes.bfloat16], ["float8_e4m3"])) == []
+    # an fp32 problem whose baseline names bf16 accepts bf16
+    assert floor([np.float32], ["bfloat16"]).why == "the baseline"
 
 
 def test_trace_dtypes_reads_tensors_and_instructions():

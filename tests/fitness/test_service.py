@@ -127,10 +127,11 @@ def test_compile_errors_carry_the_kernel_line(evaluator):
     assert rule.status == "compile_error" and rule.error.startswith("kernel.py:10: err_num_partition_exceed")
 
 
-def test_precision_downgrade_from_the_source_and_from_the_trace(evaluator):
+def test_precision_downgrade_is_read_from_the_trace_whether_the_source_spells_it_or_hides_it(evaluator):
     visible = evaluator.evaluate(SPEC, kernels.VISIBLE_BF16)
-    assert visible.status == "incorrect" and visible.error.startswith("precision downgrade: dtype reference of type "
-                                                                      "bfloat16 at line 16")
+    assert visible.status == "incorrect" and visible.error.startswith("precision downgrade: an unnamed sbuf tensor "
+                                                                      "of type bfloat16 at line 16 is narrower than "
+                                                                      "float32")
     hidden = evaluator.evaluate(SPEC, kernels.HIDDEN_BF16)
     assert hidden.status == "incorrect" and "precision downgrade" in hidden.error and "bfloat16" in hidden.error
 

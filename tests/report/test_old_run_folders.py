@@ -54,7 +54,7 @@ def test_an_old_folder_resumes_to_the_same_populations_hall_of_fame_and_logbook(
                evaluator_factory=lambda _cfg, _folder: KnobEvaluator(backend="simulator", failures=True))
     assert read_checkpoint(folder.checkpoint_path(4)).generation == 4
     text = report.write_report(folder).read_text()
-    assert "- Progress: generation 4 of 3 checkpointed\n" in text
+    assert "- Progress: generation 4 checkpointed (resumed beyond run.gens = 3)\n" in text
     assert "Every file of the run folder was read whole." in text
 
 

@@ -167,8 +167,14 @@ def promote(a: np.dtype, b: np.dtype) -> np.dtype:
         return a
     fa, fb = a.kind in "fV", b.kind in "fV"
     if fa and fb:
+        # two floats: the wider, or a new widened type that holds both ranges: fp16 + bf16 ->
+        # fp32, two different fp8 formats -> bf16 (legacy api/nki.api.shared.rst "NKI Type
+        # Promotion": "(nl.float8_e4m3, nl.float8_e5m2) -> nl.bfloat16 (new widened type)")
         if {a.name, b.name} == {"float16", "bfloat16"}:
             return F32
+        if a.itemsize == b.itemsize == 1:
+            import ml_dtypes   # (loaded already: the fp8 dtypes come from it)
+            return np.dtype(ml_dtypes.bfloat16)
         return a if a.itemsize >= b.itemsize else b
     if fa:
         return a

@@ -70,6 +70,8 @@ class Hardware:
     # NKI dialects whose kernels ran on this core, the default (a run's baseline) first:
     # "legacy" (`import neuronxcc.nki`, Neuron <= 2.29) and "current" (`import nki`, NKI >= 0.3).
     dialects: tuple[str, ...] = ("legacy",)
+    # Whether NKI's fp8 types (float8_e4m3, float8_e5m2) exist on this core: trn2 and later.
+    float8: bool = True
     notes: str = ""
     sources: str = ""              # the documents the figures come from
 
@@ -117,6 +119,7 @@ TRN1 = Hardware(
     mm_cycles_per_column=(("float32", 4.0), ("tfloat32", 1.0), ("bfloat16", 1.0),
                           ("float16", 1.0), ("float8_e4m3", 1.0), ("float8_e5m2", 1.0)),
     mm_min_ii_cycles=64,            # ARCH1 MM_INIT_LATENCY
+    float8=False,                   # cfp8 is an ISA format of NeuronCore-v2, not an NKI type there
     vector_fast_dtypes=(),          # no performance mode on NeuronCore-v2 (ARCH1)
     vector_fast_copy_factor=1.0,
     vector_fast_other_factor=1.0,
