@@ -247,7 +247,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def _evaluate(args: argparse.Namespace, source: str) -> Any:
     """`eval`'s one evaluation (a reference of the user's staged in a scratch folder)."""
     from fitness.references import ReferenceError as ReferenceFailure
-    from fitness.simulator.dialect import detect
 
     from .runner import check_problems, open_evaluator
     from .user_problems import scratch
@@ -262,13 +261,24 @@ def _evaluate(args: argparse.Namespace, source: str) -> Any:
     if args.backend:
         overrides["evaluation"] = {"backend": args.backend}
     cfg = _resolve(args, _target_overrides(args, overrides))
-    with scratch(cfg, dialect=detect(source)) as (staged, base):
+    with scratch(cfg, dialect=_dialect_or_legacy(source) if args.reference else "legacy") as (staged, base):
         (problem,) = check_problems(staged, base)
         with open_evaluator(cfg, None) as evaluator:
             try:
                 return evaluator.evaluate(problem.spec, source)
             except ReferenceFailure as exc:
                 raise UserError(str(exc)) from None
+
+
+def _dialect_or_legacy(source: str) -> str:
+    """The dialect of an eval'd kernel, for a problem without a baseline; a source that says
+    none clearly is judged anyway (its evaluation names what is wrong)."""
+    from fitness.simulator.dialect import DialectError, detect
+
+    try:
+        return detect(source)
+    except (DialectError, SyntaxError, ValueError):
+        return "legacy"
 
 
 def _describe_result(r: Any, has_baseline: bool = True) -> str:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Iterator
 
 from fitness.entry import EntryError, entry_function, select
-from fitness.simulator.dialect import detect
+from fitness.simulator.dialect import DialectError, detect
 from nkibench import user
 
 from .config import Config
@@ -76,9 +76,9 @@ def stage(pair: Pair, root: Path, dialect: str = "legacy") -> Path:
         try:
             baseline = _read(pair.baseline, "baseline kernel")
             baseline = select(baseline, pair.function or entry_function(baseline))
-        except EntryError as exc:
+            dialect = detect(baseline)
+        except (EntryError, DialectError) as exc:
             raise UserError(f"baseline kernel {pair.baseline}: {exc}") from None
-        dialect = detect(baseline)
     try:
         user.shape_constants(reference, str(pair.reference))   # parses
     except user.UserProblemError as exc:

@@ -30,6 +30,7 @@ closes (those of a killed run when the next run starts on that node, see `refere
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import hashlib
 import json
 import logging
@@ -311,8 +312,8 @@ def pack_references(spec: ProblemSpec,
             files.setdefault(name, Path(path).read_bytes())
             return name
         d = case.data
-        packed_cases.append((case.label, SeedData(d.seed, tuple(rel(p) for p in d.inputs),
-                                                  tuple(rel(p) for p in d.expected), d.family)))
+        packed_cases.append((case.label, dataclasses.replace(d, inputs=tuple(rel(p) for p in d.inputs),
+                                                             expected=tuple(rel(p) for p in d.expected))))
     blob = json.dumps([reference_version(), spec_key(spec), sorted(files)])
     return hashlib.sha256(blob.encode()).hexdigest()[:24], packed_cases, files
 
@@ -366,8 +367,8 @@ def node_cases(token: str, digest: str, cases: list[tuple[str, SeedData]], holde
             return str(folder / path) if isinstance(path, str) else path
         for gone in [f for f in _unpacked if not f.is_dir()]:   # of evaluators closed since
             del _unpacked[gone]
-        _unpacked[folder] = [service.Case(label, SeedData(d.seed, tuple(local(p) for p in d.inputs),
-                                                          tuple(local(p) for p in d.expected), d.family))
+        _unpacked[folder] = [service.Case(label, dataclasses.replace(d, inputs=tuple(local(p) for p in d.inputs),
+                                                                     expected=tuple(local(p) for p in d.expected)))
                              for label, d in cases]
         return _unpacked[folder]
 
