@@ -22,6 +22,7 @@ from typing import Any, Callable, Protocol, Sequence
 import numpy as np
 from deap import base, tools
 
+from fitness import precision
 from fitness.normalize import kernel_id
 from fitness.result import MODEL_ERROR, EvalResult
 from fitness.simulator.perf.hardware import hardware
@@ -78,14 +79,7 @@ def parent_view(ind: KernelRecord) -> Parent:
 def describe_kernel_inputs(problem: Problem) -> str:
     """`x: float32[4096, 7168]`, one per kernel argument (names from the baseline's signature)."""
     args = problem.to_kernel_inputs(problem.make_inputs(0))
-    names: list[str] = []
-    try:
-        for node in ast.walk(ast.parse(problem.baseline_source)):
-            if isinstance(node, ast.FunctionDef) and node.name == "kernel":
-                names = [a.arg for a in node.args.args]
-                break
-    except SyntaxError:
-        pass
+    names = _kernel_arguments(problem.baseline_source)
     parts = []
     for i, a in enumerate(args):
         name = names[i] if i < len(names) else f"arg{i}"
@@ -94,6 +88,29 @@ def describe_kernel_inputs(problem: Problem) -> str:
         else:
             parts.append(f"{name} = {a!r}")
     return ", ".join(parts)
+
+
+def _kernel_arguments(source: str) -> list[str]:
+    """The argument names of a source's `kernel` function (or of the function `kernel = f` names)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    name = "kernel"
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["kernel"]
+                and isinstance(node.value, ast.Name)):
+            name = node.value.id
+    function = functions.get(name)
+    return [a.arg for a in function.args.args] if function is not None else []
+
+
+def kernel_precision(problem: Problem) -> str:
+    """The narrowest float type a kernel of `problem` may compute in (fitness.precision.floor:
+    the reference's inputs and the baseline's dtypes), for the prompts' rule."""
+    inputs = [x.dtype for x in problem.make_inputs(0) if isinstance(x, np.ndarray)]
+    return precision.floor(inputs, precision.source_dtypes(problem.baseline_source)).dtype or "float32"
 
 
 class Engine:
@@ -112,7 +129,7 @@ class Engine:
         self.np_rng = np.random.default_rng(cfg.run.seed)  # variation operators
         self.generation = -1                                # last completed generation
         self.states: dict[str, ProblemState] = {}
-        self._inputs: dict[str, str] = {}                   # problem -> kernel argument summary
+        self._inputs: dict[str, tuple[str, str]] = {}       # problem -> (kernel arguments, precision floor)
         self._machine = machine(cfg.evaluation.target)      # the target's figures for prompts
 
         self.toolbox = base.Toolbox()
@@ -129,10 +146,11 @@ class Engine:
     # ---------------------------------------------------------------------------------
     def _context(self, problem: Problem) -> Context:
         if problem.name not in self._inputs:
-            self._inputs[problem.name] = describe_kernel_inputs(problem)
+            self._inputs[problem.name] = (describe_kernel_inputs(problem), kernel_precision(problem))
+        inputs, floor = self._inputs[problem.name]
         return Context(problem=problem.name, reference_source=problem.reference_source,
                        generation=self.generation + 1, rng=self.np_rng, lessons=self.memory.lessons(),
-                       baseline_source=problem.baseline_source, inputs=self._inputs[problem.name],
+                       baseline_source=problem.baseline_source, inputs=inputs, precision=floor,
                        machine=self._machine, tuning=self.cfg.operators.llm_fraction < 1.0,
                        lesson_roles=self.memory.lesson_roles())
 

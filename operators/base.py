@@ -91,6 +91,9 @@ class Context:
     lessons: Sequence[Lesson] = ()
     baseline_source: str = ""
     inputs: str = ""              # the kernel's arguments for prompts, e.g. "x: float32[4096, 7168]"
+    # The narrowest float type a kernel may compute in (the problem's inputs and baseline decide;
+    # fitness.precision): prompts state the rule with it.
+    precision: str = "float32"
     machine: Machine | None = None  # the target's figures (None: prompts name no numbers)
     # Offline tuning operators take part (they vary `# tune:` knobs): only then do prompts ask
     # to keep the knob convention and every listed value correct.

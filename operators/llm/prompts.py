@@ -201,10 +201,22 @@ def machine_values(m: Machine | None) -> dict[str, str]:
 KNOBS = {"legacy": "knobs", "current": "knobs_current"}
 
 
+def precision_rule(precision: str) -> str:
+    """The system message's rule on dtypes for a problem whose floor is `precision`."""
+    if precision == "float32":
+        return ("Keep everything in float32: a kernel that computes in a narrower float type (bfloat16, float16, "
+                "fp8) fails as a precision downgrade.")
+    return (f"Compute in {precision} or wider (the narrowest type this problem uses; float32 is always allowed): "
+            f"a kernel that computes in a narrower float type fails as a precision downgrade. TensorE "
+            f"multiplies exactly and accumulates in float32 in PSUM whatever its operands' type; the other "
+            f"engines compute in float32 and round once, to the destination's type.")
+
+
 def _system(ctx: Context) -> str:
     dialect = dialect_of(ctx.baseline_source)
     knobs = template(KNOBS[dialect]).template.strip() if ctx.tuning else ""
-    return render(SYSTEM[dialect], knob_rules=knobs, **machine_values(ctx.machine))
+    return render(SYSTEM[dialect], knob_rules=knobs, precision_rule=precision_rule(ctx.precision),
+                  **machine_values(ctx.machine))
 
 
 def _chat(system: str, user: str) -> list[Message]:

@@ -244,3 +244,16 @@ def test_several_pairs_are_several_problems(tmp_path, capsys):
     same_name = ["run", "--reference", ref, "--baseline", good, "--reference", ref, "--baseline", good,
                  "--target", "trn2", "--gens", "0", "--out", str(tmp_path / "runs")]
     assert "two problems are named 'mm_bf16'" in failure(capsys, *same_name)
+
+
+def test_prompts_get_the_problem_s_precision_floor_and_argument_names(tmp_path):
+    from accelopt_evo.engine import describe_kernel_inputs, kernel_precision
+    from accelopt_evo.user_problems import Pair, stage
+    from nkibench import registry
+
+    example = REPO / "examples" / "rmsnorm_bf16"
+    folder = stage(Pair(example / "reference.py", example / "kernel.py"), tmp_path)
+    problem = registry.load(registry.make_spec("rmsnorm_bf16", params={"N": 256}, suite_dir=str(folder)))
+    assert kernel_precision(problem) == "bfloat16"
+    assert describe_kernel_inputs(problem) == "x: bfloat16[256, 1024], w: bfloat16[1024]"
+    assert kernel_precision(registry.load(registry.make_spec("silu", "tiny"))) == "float32"

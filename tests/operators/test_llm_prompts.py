@@ -151,3 +151,11 @@ def test_knob_rules_only_when_a_tuner_varies_knobs(tuning):
         assert ("## Tunable knobs" in system["content"]) == tuning, role
         assert ("# tune:" in text or "knob values" in text) == tuning, role
         assert not re.search(r"\$\{[a-z_]+\}", text), role
+
+
+def test_the_system_message_states_the_precision_rule_of_the_problem():
+    p = baseline_parent()
+    (fp32, _user) = prompts.planner_messages(p, context())
+    assert "Keep everything in float32: a kernel that computes in a narrower float type" in fp32["content"]
+    (bf16, _user) = prompts.planner_messages(p, dataclasses.replace(context(), precision="bfloat16"))
+    assert "Compute in bfloat16 or wider" in bf16["content"] and "Keep everything in float32" not in bf16["content"]
