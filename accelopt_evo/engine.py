@@ -76,9 +76,10 @@ def parent_view(ind: KernelRecord) -> Parent:
                   r.percent_of_peak if r else None, dict(r.profile) if r else {})
 
 
-def describe_kernel_inputs(problem: Problem) -> str:
-    """`x: float32[4096, 7168]`, one per kernel argument (names from the baseline's signature)."""
-    args = problem.to_kernel_inputs(problem.make_inputs(0))
+def describe_kernel_inputs(problem: Problem, inputs: Sequence[Any] | None = None) -> str:
+    """`x: float32[4096, 7168]`, one per kernel argument (names from the baseline's signature);
+    `inputs`: the reference's inputs of seed 0, when already drawn."""
+    args = problem.to_kernel_inputs(problem.make_inputs(0) if inputs is None else inputs)
     names = _kernel_arguments(problem.baseline_source)
     parts = []
     for i, a in enumerate(args):
@@ -106,11 +107,11 @@ def _kernel_arguments(source: str) -> list[str]:
     return [a.arg for a in function.args.args] if function is not None else []
 
 
-def kernel_precision(problem: Problem) -> str:
+def kernel_precision(problem: Problem, inputs: Sequence[Any] | None = None) -> str:
     """The narrowest float type a kernel of `problem` may compute in (fitness.precision.floor:
     the reference's inputs and the baseline's dtypes), for the prompts' rule."""
-    inputs = [x.dtype for x in problem.make_inputs(0) if isinstance(x, np.ndarray)]
-    return precision.floor(inputs, precision.source_dtypes(problem.baseline_source)).dtype or "float32"
+    dtypes = [x.dtype for x in (problem.make_inputs(0) if inputs is None else inputs) if isinstance(x, np.ndarray)]
+    return precision.floor(dtypes, precision.source_dtypes(problem.baseline_source)).dtype or "float32"
 
 
 class Engine:
@@ -146,11 +147,13 @@ class Engine:
     # ---------------------------------------------------------------------------------
     def _context(self, problem: Problem) -> Context:
         if problem.name not in self._inputs:
-            self._inputs[problem.name] = (describe_kernel_inputs(problem), kernel_precision(problem))
+            drawn = problem.make_inputs(0)
+            self._inputs[problem.name] = (describe_kernel_inputs(problem, drawn), kernel_precision(problem, drawn))
         inputs, floor = self._inputs[problem.name]
         return Context(problem=problem.name, reference_source=problem.reference_source,
                        generation=self.generation + 1, rng=self.np_rng, lessons=self.memory.lessons(),
                        baseline_source=problem.baseline_source, inputs=inputs, precision=floor,
+                       tolerance=self.cfg.evaluation.rel_tol or problem.output_tolerance(),
                        machine=self._machine, tuning=self.cfg.operators.llm_fraction < 1.0,
                        lesson_roles=self.memory.lesson_roles())
 

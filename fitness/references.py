@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Sequence, Union
 
 from nkibench.families import STANDARD
-from nkibench.problem import ProblemSpec
+from nkibench.problem import ProblemSpec, widen
 
 from . import arrays
 from .cache import code_digest
@@ -186,7 +186,6 @@ def compute(spec: ProblemSpec, draws: Sequence[Draw], out: Path) -> None:
     import numpy as np
 
     from nkibench.registry import load
-    from nkibench.user import widen
 
     problem = load(spec)
     for seed, family in draws:

@@ -147,6 +147,15 @@ class Problem(abc.ABC):
         """The longest reduction of the problem (elements summed into one output element)."""
         return 1
 
+    @property
+    def output_dtypes(self) -> tuple[np.dtype, ...]:
+        """The dtypes of the outputs a kernel returns (the benchmark problems' are float32)."""
+        return (np.dtype(np.float32),)
+
+    def output_tolerance(self) -> float:
+        """The loosest tolerance of the problem's outputs (what prompts quote)."""
+        return max(self.tolerance_for(d) for d in self.output_dtypes)
+
     def tolerance_for(self, dtype: np.dtype) -> float:
         """The L2 relative tolerance of an output of `dtype`: the problem's own, widened for a
         float type narrower than float32 (`low_precision_tolerance`)."""

@@ -32,7 +32,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .official import DEFAULT_TOLERANCE, OfficialProblem, SuiteError, exec_reference
-from .problem import Counts, ProblemSpec, as_tuple, widen
+from .problem import Counts, ProblemSpec, as_tuple
 
 REFERENCE_FILE, BASELINE_FILE, META_FILE = "reference.py", "baseline.py", "problem.json"
 COUNTING_SEED = 0
@@ -182,6 +182,9 @@ def _wrap(x: Any) -> Any:
     return x
 
 
+# Functions counted as one contraction each (on plain arrays, so that the dot a tensordot
+# calls is not counted again).
+CONTRACTIONS = ("dot", "tensordot", "inner", "vdot", "einsum")
 _EINSUM = re.compile(r"^([a-zA-Z]*),([a-zA-Z]*)->([a-zA-Z]*)$")
 
 
@@ -211,9 +214,12 @@ class _Counting(np.ndarray):
         return _wrap(result)
 
     def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+        if getattr(func, "__name__", "") not in CONTRACTIONS:
+            # NumPy's own implementation on these arrays: the ufuncs it calls (np.mean's sum,
+            # np.linalg.norm's multiply and sum, ...) are counted in __array_ufunc__.
+            return super().__array_function__(func, types, args, kwargs)
         plain_args = _plain(tuple(args))
-        plain_kwargs = {k: _plain(v) for k, v in kwargs.items()}
-        result = func(*plain_args, **plain_kwargs)
+        result = func(*plain_args, **{k: _plain(v) for k, v in kwargs.items()})
         work = _Counting.work
         if work is not None:
             flops, k = _contraction(func, plain_args, result)
@@ -227,7 +233,7 @@ def _contraction(func: Any, args: Sequence[Any], result: Any) -> tuple[float, in
     Counted exactly or not at all: an overcount would raise the latency bound a correct
     kernel is held to."""
     name = getattr(func, "__name__", "")
-    if name in ("dot", "tensordot", "inner", "vdot") and len(args) >= 2:
+    if name in CONTRACTIONS[:4] and len(args) >= 2:
         a, b = np.asarray(args[0]), np.asarray(args[1])
         out = max(int(np.size(result)), 1)
         if a.size == 0 or b.size == 0:
@@ -294,24 +300,22 @@ class UserProblem(OfficialProblem):
         return self.reference_path.read_text()
 
     @cached_property
-    def _work(self) -> tuple[Work, float, str]:
-        """(work, HBM bytes, matmul operand dtype) counted on the inputs of `COUNTING_SEED`;
-        an error naming the file for inputs or outputs a kernel cannot hold."""
+    def _work(self) -> tuple[Work, float, str, tuple[np.dtype, ...]]:
+        """(work, HBM bytes, matmul operand dtype, output dtypes) counted on the inputs of
+        `COUNTING_SEED`; an error naming the file for inputs or outputs a kernel cannot hold."""
         inputs = self.make_inputs(COUNTING_SEED)
         self._check_dtypes("get_inputs() returned", inputs)
-        try:
-            work, outs = count_work(self.module.forward, widen(inputs))
+        try:   # one run on the inputs as drawn: its outputs have the dtypes a kernel must return
+            work, outs = count_work(self.module.forward, inputs)
         except Exception as exc:
             raise UserProblemError(f"reference module {self.reference_path}: forward() raised "
                                    f"{type(exc).__name__}: {exc}") from None
+        self._check_dtypes("forward() returned", outs)
         dtypes = [x.dtype for x in inputs if isinstance(x, np.ndarray) and x.dtype.kind in "fV"]
-        kernel_inputs = self.to_kernel_inputs(inputs)
-        declared = self.reference(*inputs)
-        self._check_dtypes("forward() returned", declared)
-        nbytes = sum(int(np.asarray(x).nbytes) for x in kernel_inputs if isinstance(x, np.ndarray))
-        nbytes += sum(int(o.size) * np.asarray(d).dtype.itemsize for o, d in zip(outs, declared))
+        nbytes = sum(int(x.nbytes) for x in self.to_kernel_inputs(inputs) if isinstance(x, np.ndarray))
+        nbytes += sum(int(o.nbytes) for o in outs)
         narrow = min(dtypes, key=lambda d: d.itemsize) if dtypes else np.dtype(np.float32)
-        return work, float(nbytes), narrow.name
+        return work, float(nbytes), narrow.name, tuple(o.dtype for o in outs)
 
     def _check_dtypes(self, what: str, arrays: Sequence[Any]) -> None:
         for i, x in enumerate(arrays):
@@ -322,7 +326,7 @@ class UserProblem(OfficialProblem):
 
     @property
     def counts(self) -> Counts:  # type: ignore[override]
-        work, nbytes, dtype = self._work
+        work, nbytes, dtype, _outputs = self._work
         return Counts(work.matmul_flops, work.vector_flops, nbytes, dtype)
 
     @counts.setter
@@ -332,6 +336,10 @@ class UserProblem(OfficialProblem):
     @property
     def reduction_length(self) -> int:
         return self._work[0].reduction
+
+    @property
+    def output_dtypes(self) -> tuple[np.dtype, ...]:
+        return self._work[3]
 
     def tolerance_for(self, dtype: np.dtype) -> float:
         if self.declared_tolerance is not None:

@@ -94,6 +94,7 @@ class Context:
     # The narrowest float type a kernel may compute in (the problem's inputs and baseline decide;
     # fitness.precision): prompts state the rule with it.
     precision: str = "float32"
+    tolerance: float = 2e-5       # the L2 relative tolerance of the problem's outputs (prompts quote it)
     machine: Machine | None = None  # the target's figures (None: prompts name no numbers)
     # Offline tuning operators take part (they vary `# tune:` knobs): only then do prompts ask
     # to keep the knob convention and every listed value correct.

@@ -216,7 +216,7 @@ def _system(ctx: Context) -> str:
     dialect = dialect_of(ctx.baseline_source)
     knobs = template(KNOBS[dialect]).template.strip() if ctx.tuning else ""
     return render(SYSTEM[dialect], knob_rules=knobs, precision_rule=precision_rule(ctx.precision),
-                  **machine_values(ctx.machine))
+                  tolerance=f"{ctx.tolerance:.1g}".replace("e-0", "e-"), **machine_values(ctx.machine))
 
 
 def _chat(system: str, user: str) -> list[Message]:

@@ -4,6 +4,7 @@ in bf16, fp8 and fp32, in both NKI dialects (README: Optimize your own kernel)."
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -255,5 +256,6 @@ def test_prompts_get_the_problem_s_precision_floor_and_argument_names(tmp_path):
     folder = stage(Pair(example / "reference.py", example / "kernel.py"), tmp_path)
     problem = registry.load(registry.make_spec("rmsnorm_bf16", params={"N": 256}, suite_dir=str(folder)))
     assert kernel_precision(problem) == "bfloat16"
+    assert problem.output_tolerance() == pytest.approx(2.0 ** -8 * (4 + math.sqrt(1024 / 128)))
     assert describe_kernel_inputs(problem) == "x: bfloat16[256, 1024], w: bfloat16[1024]"
     assert kernel_precision(registry.load(registry.make_spec("silu", "tiny"))) == "float32"

@@ -144,3 +144,11 @@ def test_array_files_keep_narrow_dtypes(tmp_path, dtype):
     back = arrays.load(tmp_path / "a.npy")
     assert back.dtype == np.dtype(dtype) and np.array_equal(back.astype(np.float32), a.astype(np.float32))
     assert arrays.dtype_of(arrays.dtype_name(back.dtype)) == back.dtype
+
+
+def test_reductions_inside_numpy_functions_are_counted():
+    a = np.ones((8, 16), np.float32)
+    work, _ = user.count_work(lambda x: np.mean(x * x, axis=-1), [a])
+    assert work.reduction == 16 and work.vector_flops == 2 * 8 * 16 + 8     # square, sum, divide by 16
+    work, _ = user.count_work(lambda x, y: np.tensordot(x, y, axes=1), [a, np.ones((16, 4), np.float32)])
+    assert work.matmul_flops == 2 * 8 * 16 * 4     # once, not again for the dot inside tensordot

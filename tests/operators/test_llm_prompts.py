@@ -159,3 +159,6 @@ def test_the_system_message_states_the_precision_rule_of_the_problem():
     assert "Keep everything in float32: a kernel that computes in a narrower float type" in fp32["content"]
     (bf16, _user) = prompts.planner_messages(p, dataclasses.replace(context(), precision="bfloat16"))
     assert "Compute in bfloat16 or wider" in bf16["content"] and "Keep everything in float32" not in bf16["content"]
+    assert "relative L2 error of about 2e-5 " in fp32["content"]
+    (loose, _user) = prompts.planner_messages(p, dataclasses.replace(context(), tolerance=0.0238))
+    assert "relative L2 error of about 0.02 " in loose["content"]
