@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,16 @@ def nki_examples_dir() -> Path:
     """The NKI SDK's current-dialect examples (../shared/nki-examples); tests needing them skip
     without them."""
     return _shared(NKI_EXAMPLES_DIR, "README.md", "the NKI SDK examples folder")
+
+
+@pytest.fixture(scope="session")
+def trace_cache(tmp_path_factory) -> Path:
+    """One folder of shape-only emulator traces for the whole test session, shared by the
+    pytest-xdist workers (the parent of a worker's base folder is the session's), so that the
+    model checks and the refit trace each measured kernel once. Never kept across sessions:
+    its keys do not cover the emulator's own code."""
+    base = tmp_path_factory.getbasetemp()
+    return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "trace-cache"
 
 
 # The scripted OpenAI-compatible server (tests/llm_server.py) for every test folder.

@@ -39,10 +39,10 @@ def measured(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def fitted(measured, tmp_path_factory) -> Path:
+def fitted(measured, tmp_path_factory, trace_cache) -> Path:
     out = tmp_path_factory.mktemp("cal") / "cal-trn2.json"
     code = cli.main(["calibrate", "--target", "trn2", "--measurements", str(measured), "--suite-dir", str(NKIBENCH),
-                     "--out", str(out), "--quick", "--trace-cache", str(out.parent / "traces")])
+                     "--out", str(out), "--quick", "--trace-cache", str(trace_cache)])
     assert code == 0
     return out
 
@@ -143,14 +143,14 @@ def test_calibrate_refuses_missing_files_in_one_line(capsys):
 
 
 @pytest.mark.slow
-def test_refitting_the_trn1_baselines_reproduces_the_shipped_parameters(tmp_path):
+def test_refitting_the_trn1_baselines_reproduces_the_shipped_parameters(trace_cache):
     """The full fit on all 14 baselines (about 3 minutes on two cores, tracing included):
     each parameter within the last sweep's step (10%) of the shipped value, discrete choices
     equal. Reads calibrated.py, so a recalibration moves the expectation with it."""
     measurements = NKIBENCH / "trn1_measurements.json"
     if not measurements.is_file():
         pytest.skip("../shared/nkibench/trn1_measurements.json is absent")
-    result = calibrate.run_fit([str(measurements)], "trn1", loo=False)
+    result = calibrate.run_fit([str(measurements)], "trn1", None, str(trace_cache), loo=False)
     refit = calibrate.fitted_values(result.full)
     for name, shipped in calibrated.TRN1.items():
         if name in calibrate.GLUE_CHOICES or name == "hoist_budget_fraction":

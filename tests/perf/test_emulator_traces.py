@@ -42,10 +42,10 @@ def test_silu_baseline_counters_and_tile_sizes():
 
 
 @pytest.fixture(scope="module")
-def model_check_result(nkibench_dir):
+def model_check_result(nkibench_dir, trace_cache):
     from fitness.simulator.perf.check import model_check
 
-    return model_check(nkibench_dir / "trn1_measurements.json", nkibench_dir)
+    return model_check(nkibench_dir / "trn1_measurements.json", nkibench_dir, trace_cache=trace_cache)
 
 
 @pytest.mark.slow
@@ -67,14 +67,14 @@ def test_official_kernels_max_error_and_bottlenecks(model_check_result):
 
 
 @pytest.fixture(scope="module")
-def variants_result(nkibench_dir):
+def variants_result(nkibench_dir, trace_cache):
     """model-check on the measured kernel variants (../shared/trn1-variants)."""
     from fitness.simulator.perf.check import model_check
 
     path = nkibench_dir.parent / "trn1-variants" / "measurements.json"
     if not path.is_file():
         pytest.skip(f"the kernel variants' measurements are absent ({path})")
-    return model_check(path, nkibench_dir)
+    return model_check(path, nkibench_dir, trace_cache=trace_cache)
 
 
 def _variant_pairs(result, first: str, second: str) -> list[dict]:

@@ -26,6 +26,7 @@ import hashlib
 import importlib.util
 import json
 import math
+import os
 import pickle
 import statistics
 import time
@@ -183,8 +184,11 @@ def trace_case(case: Case, cache_dir: str | Path | None = None) -> tr.Trace:
             return pickle.loads(cached.read_bytes())
     trace = run_kernel(source, kernel_args(case), filename=str(case.kernel), shape_only=True).trace
     if cached is not None:
+        # Written aside and renamed: processes sharing the folder never read half a file.
         cached.parent.mkdir(parents=True, exist_ok=True)
-        cached.write_bytes(pickle.dumps(trace))
+        partial = cached.with_name(f"{cached.name}.{os.getpid()}.part")
+        partial.write_bytes(pickle.dumps(trace))
+        os.replace(partial, cached)
     return trace
 
 
