@@ -76,10 +76,10 @@ def parent_view(ind: KernelRecord) -> Parent:
                   r.percent_of_peak if r else None, dict(r.profile) if r else {})
 
 
-def describe_kernel_inputs(problem: Problem, inputs: Sequence[Any] | None = None) -> str:
-    """`x: float32[4096, 7168]`, one per kernel argument (names from the baseline's signature);
-    `inputs`: the reference's inputs of seed 0, when already drawn."""
-    args = problem.to_kernel_inputs(problem.make_inputs(0) if inputs is None else inputs)
+def describe_kernel_inputs(problem: Problem, inputs: Sequence[Any]) -> str:
+    """`x: float32[4096, 7168]`, one per kernel argument of the reference's `inputs` (names
+    from the baseline's signature)."""
+    args = problem.to_kernel_inputs(inputs)
     names = _kernel_arguments(problem.baseline_source)
     parts = []
     for i, a in enumerate(args):
@@ -107,10 +107,10 @@ def _kernel_arguments(source: str) -> list[str]:
     return [a.arg for a in function.args.args] if function is not None else []
 
 
-def kernel_precision(problem: Problem, inputs: Sequence[Any] | None = None) -> str:
+def kernel_precision(problem: Problem, inputs: Sequence[Any]) -> str:
     """The narrowest float type a kernel of `problem` may compute in (fitness.precision.floor:
-    the reference's inputs and the baseline's dtypes), for the prompts' rule."""
-    dtypes = [x.dtype for x in (problem.make_inputs(0) if inputs is None else inputs) if isinstance(x, np.ndarray)]
+    the reference's `inputs` and the baseline's dtypes), for the prompts' rule."""
+    dtypes = [x.dtype for x in inputs if isinstance(x, np.ndarray)]
     return precision.floor(dtypes, precision.source_dtypes(problem.baseline_source)).dtype or "float32"
 
 

@@ -184,7 +184,8 @@ def _wrap(x: Any) -> Any:
 
 # Functions counted as one contraction each (on plain arrays, so that the dot a tensordot
 # calls is not counted again).
-CONTRACTIONS = ("dot", "tensordot", "inner", "vdot", "einsum")
+PAIRWISE = ("dot", "tensordot", "inner", "vdot")
+CONTRACTIONS = PAIRWISE + ("einsum",)
 _EINSUM = re.compile(r"^([a-zA-Z]*),([a-zA-Z]*)->([a-zA-Z]*)$")
 
 
@@ -233,7 +234,7 @@ def _contraction(func: Any, args: Sequence[Any], result: Any) -> tuple[float, in
     Counted exactly or not at all: an overcount would raise the latency bound a correct
     kernel is held to."""
     name = getattr(func, "__name__", "")
-    if name in CONTRACTIONS[:4] and len(args) >= 2:
+    if name in PAIRWISE and len(args) >= 2:
         a, b = np.asarray(args[0]), np.asarray(args[1])
         out = max(int(np.size(result)), 1)
         if a.size == 0 or b.size == 0:

@@ -255,7 +255,9 @@ def test_prompts_get_the_problem_s_precision_floor_and_argument_names(tmp_path):
     example = REPO / "examples" / "rmsnorm_bf16"
     folder = stage(Pair(example / "reference.py", example / "kernel.py"), tmp_path)
     problem = registry.load(registry.make_spec("rmsnorm_bf16", params={"N": 256}, suite_dir=str(folder)))
-    assert kernel_precision(problem) == "bfloat16"
+    inputs = problem.make_inputs(0)
+    assert kernel_precision(problem, inputs) == "bfloat16"
     assert problem.output_tolerance() == pytest.approx(2.0 ** -8 * (4 + math.sqrt(1024 / 128)))
-    assert describe_kernel_inputs(problem) == "x: bfloat16[256, 1024], w: bfloat16[1024]"
-    assert kernel_precision(registry.load(registry.make_spec("silu", "tiny"))) == "float32"
+    assert describe_kernel_inputs(problem, inputs) == "x: bfloat16[256, 1024], w: bfloat16[1024]"
+    silu = registry.load(registry.make_spec("silu", "tiny"))
+    assert kernel_precision(silu, silu.make_inputs(0)) == "float32"

@@ -4,12 +4,11 @@ current-dialect (`import nki`) baselines in `nkibench/baselines/nki/` get the sa
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from fitness import policy
 from fitness.gate import check_outputs
-from fitness.simulator import ShapeDtype, run_kernel
+from fitness.simulator import placeholders, run_kernel
 from nkibench.registry import NKI_BASELINES, builtin_names, load, make_spec
 from operators.knobs import find_knobs, set_knobs
 
@@ -30,8 +29,7 @@ SHAPE_ONLY_AT_PAPER = {"lora", "matmul", "gqa_full"}
 def check_baseline(name: str, shape: str, seeds: tuple[int, ...], source: str | None = None) -> None:
     if shape == "paper" and name in SHAPE_ONLY_AT_PAPER:
         problem = load(make_spec(name, shape))
-        args = [ShapeDtype(a.shape, a.dtype) if isinstance(a, np.ndarray) else a
-                for a in problem.to_kernel_inputs(problem.make_inputs(seeds[0]))]
+        args = placeholders(problem.to_kernel_inputs(problem.make_inputs(seeds[0])))
         run = run_kernel(problem.baseline_source if source is None else source, args,
                          filename=f"{name}.py", shape_only=True)
         assert run.trace.instrs, name
