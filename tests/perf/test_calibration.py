@@ -143,17 +143,23 @@ def test_calibrate_refuses_missing_files_in_one_line(capsys):
 
 
 @pytest.mark.slow
-def test_refitting_the_trn1_baselines_reproduces_the_shipped_parameters(trace_cache):
-    """The full fit on all 14 baselines (about 3 minutes on two cores, tracing included):
-    each parameter within the last sweep's step (10%) of the shipped value, discrete choices
-    equal. Reads calibrated.py, so a recalibration moves the expectation with it."""
+def test_the_shipped_trn1_parameters_are_where_the_fit_settles(trace_cache):
+    """The fit's steps 2 and 3 (one round, its last and finest sweep) started from the shipped
+    parameters on all 14 baselines leave each within that sweep's step (10%), and step 1 picks
+    the shipped hoisting budget: the shipped values are a fixed point of the procedure. (The
+    whole procedure from the documented values takes 4-8 minutes on two cores; `python -m
+    fitness.simulator.perf.calibrate` runs it.) Reads calibrated.py, so a recalibration moves
+    the expectation with it."""
     measurements = NKIBENCH / "trn1_measurements.json"
     if not measurements.is_file():
         pytest.skip("../shared/nkibench/trn1_measurements.json is absent")
-    result = calibrate.run_fit([str(measurements)], "trn1", None, str(trace_cache), loo=False)
+    shipped = DOCUMENTED.replace(**calibrated.TRN1)
+    result = calibrate.run_fit([str(measurements)], "trn1", None, str(trace_cache), loo=False,
+                               sweeps=calibrate.SWEEPS[-1:], rounds=1, start=shipped)
+    assert calibrate.fit_budget(result.data) == calibrated.TRN1["hoist_budget_fraction"]
     refit = calibrate.fitted_values(result.full)
-    for name, shipped in calibrated.TRN1.items():
+    for name, value in calibrated.TRN1.items():
         if name in calibrate.GLUE_CHOICES or name == "hoist_budget_fraction":
-            assert refit[name] == shipped, name
+            assert refit[name] == value, name
         else:
-            assert refit[name] == pytest.approx(shipped, rel=0.1), name
+            assert refit[name] == pytest.approx(value, rel=0.1), name

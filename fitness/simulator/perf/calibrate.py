@@ -333,8 +333,10 @@ def fit_glue(train: list[KernelData], params: Params, hw: Hardware, log=lambda s
 
 def fit(train: list[KernelData], hw: Hardware, log=lambda s: None,
         sweeps: tuple[tuple[float, float], ...] = SWEEPS, rounds: int = ROUNDS,
-        latencies: Latencies | None = None) -> Params:
-    params = DOCUMENTED.replace(hoist_budget_fraction=fit_budget(train))
+        latencies: Latencies | None = None, start: Params | None = None) -> Params:
+    """Steps 1-3 from the documented values, or steps 2-3 from `start` (to check that a set of
+    parameters is where the procedure settles, without running all of it)."""
+    params = start or DOCUMENTED.replace(hoist_budget_fraction=fit_budget(train))
     # Start inside the ranges (a documented value may lie outside what was measured).
     params = params.replace(**{name: min(hi, max(lo, getattr(params, name)))
                                for name, (lo, hi) in GLUE_RANGES.items()})
@@ -403,7 +405,7 @@ class FitResult:
 def run_fit(measurements: list[str], target: str = "trn1", suite_dir: str | None = None,
             trace_cache: str | None = None, loo: bool = True, log=lambda s: None,
             sweeps: tuple[tuple[float, float], ...] = SWEEPS, rounds: int = ROUNDS,
-            workers: int | None = None) -> FitResult:
+            workers: int | None = None, start: Params | None = None) -> FitResult:
     """The whole procedure of the module doc on the cases of `measurements`, for `target`;
     the cases' latencies are computed by `workers` processes (default: every core)."""
     hw = hardware(target)
@@ -419,7 +421,7 @@ def run_fit(measurements: list[str], target: str = "trn1", suite_dir: str | None
         families = list(dict.fromkeys(d.case.problem for d in data))
         with parallel_latencies(data, hw, workers or default_workers()) as latencies:
             log("fit on all cases")
-            full = fit(data, hw, log, sweeps, rounds, latencies)
+            full = fit(data, hw, log, sweeps, rounds, latencies, start)
             log(f"  {fitted_values(full)}")
             for family in (families if loo and len(families) > 1 else []):
                 log(f"fold without {family}")
