@@ -30,6 +30,8 @@ from operators.llm.settings import ROLES as LLM_ROLES
 from operators.llm.settings import LATER_DEFAULTS as LLM_LATER_DEFAULTS
 from operators.llm.settings import BudgetSettings, LLMSettings, RoleSettings
 from operators.llm.settings import problems as llm_problems
+from operators.rewrites import REWRITES
+from operators.tuning import DECLARED_KNOBS, OFFLINE_MODES, Mutation
 
 from .errors import UserError
 from .memory import BALANCED as MEMORY_DEFAULT_POLICY
@@ -50,7 +52,11 @@ LATER_DEFAULTS = {"run.dialect": "auto", "run.mode": "generational", "run.max_in
                   "evaluation.ray_address": EvalSettings.ray_address, "memory.policy": MEMORY_DEFAULT_POLICY,
                   "selection.survivors": MU_PLUS_LAMBDA, "run.references": [], "run.baselines": [],
                   "run.functions": [], "problem": {},
+                  "operators.offline": DECLARED_KNOBS, "operators.knob_weight": Mutation.knob_weight,
+                  "operators.rewrite_weight": Mutation.rewrite_weight, "operators.rewrites": list(Mutation.rewrites),
                   **LLM_LATER_DEFAULTS}
+# What a run folder written before a setting existed ran with (resumed as it ran).
+EARLIER_RELEASES = {"operators.offline": DECLARED_KNOBS}
 
 
 @dataclass
@@ -125,6 +131,18 @@ class OperatorsSection:
     # With LLM operators, the share of offspring produced by them; the rest use the offline
     # knob-tuning operators (mixing both in one population).
     llm_fraction: float = 1.0
+    # Offline operators: "search" (knobs found in any kernel, rewrites) or "declared_knobs" (only
+    # `# tune:` knobs, as earlier releases did; their run folders resume so).
+    offline: str = Mutation.mode
+    # Offline mutations: how often a knob move (declared `# tune:` or found in the source) and a
+    # structural rewrite are drawn, relative to each other, and which rewrites may be used.
+    knob_weight: float = Mutation.knob_weight
+    rewrite_weight: float = Mutation.rewrite_weight
+    rewrites: list[str] = field(default_factory=lambda: list(Mutation.rewrites))
+
+    def mutation(self) -> Mutation:
+        """The offline operators' settings."""
+        return Mutation(self.offline, self.knob_weight, self.rewrite_weight, tuple(self.rewrites))
 
 
 # --------------------------------------------------------------------------------------------
@@ -356,6 +374,14 @@ def _check(cfg: Config) -> Config:
     need(m.policy in MEMORY_POLICIES, "memory.policy", f"must be one of {', '.join(MEMORY_POLICIES)}")
     need(cfg.operators.kind in OPERATOR_KINDS, "operators.kind", f"must be one of {', '.join(OPERATOR_KINDS)}")
     need(0.0 <= cfg.operators.llm_fraction <= 1.0, "operators.llm_fraction", "must be in [0, 1]")
+    o = cfg.operators
+    need(o.offline in OFFLINE_MODES, "operators.offline", f"must be one of {', '.join(OFFLINE_MODES)}")
+    need(o.knob_weight >= 0 and o.rewrite_weight >= 0, "operators.knob_weight",
+         "and operators.rewrite_weight must be >= 0")
+    need(o.knob_weight + o.rewrite_weight > 0, "operators.rewrite_weight", "and operators.knob_weight must not both be 0")
+    unknown = [r for r in o.rewrites if r not in REWRITES]
+    need(not unknown, "operators.rewrites", f"unknown rewrite(s) {', '.join(map(repr, unknown))}; "
+         f"known: {', '.join(REWRITES)}")
     llm = cfg.llm
     need(llm.max_concurrency >= 1, "llm.max_concurrency", "must be >= 1")
     for key, what in llm_problems(llm)[:1]:   # timeouts and completion budgets, per role too
@@ -486,6 +512,19 @@ def resolve(
 
 def from_dict(data: dict[str, Any]) -> Config:
     return _check(_build(Config, data))
+
+
+def from_saved(data: dict[str, Any]) -> Config:
+    """The configuration of a run folder's config.toml: a setting the folder's release did not
+    write takes the value that release ran with (EARLIER_RELEASES), else its default."""
+    data = json.loads(json.dumps(data))
+    for dotted, value in EARLIER_RELEASES.items():
+        *path, last = dotted.split(".")
+        node = data
+        for part in path:
+            node = node.setdefault(part, {})
+        node.setdefault(last, value)
+    return from_dict(data)
 
 
 # --------------------------------------------------------------------------------------------

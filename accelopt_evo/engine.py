@@ -73,7 +73,7 @@ class GenerationReport:
 def parent_view(ind: KernelRecord) -> Parent:
     r = ind.result
     return Parent(ind.id, ind.source, r.speedup if r else None, r.latency_ms if r else None,
-                  r.percent_of_peak if r else None, dict(r.profile) if r else {})
+                  r.percent_of_peak if r else None, dict(r.profile) if r else {}, ind.note, tuple(ind.parent_ids))
 
 
 def describe_kernel_inputs(problem: Problem, inputs: Sequence[Any]) -> str:
@@ -130,7 +130,8 @@ class Engine:
         self.np_rng = np.random.default_rng(cfg.run.seed)  # variation operators
         self.generation = -1                                # last completed generation
         self.states: dict[str, ProblemState] = {}
-        self._inputs: dict[str, tuple[str, str]] = {}       # problem -> (kernel arguments, precision floor)
+        # problem -> (kernel arguments, precision floor, the arguments' dimensions)
+        self._inputs: dict[str, tuple[str, str, frozenset[int]]] = {}
         self._machine = machine(cfg.evaluation.target)      # the target's figures for prompts
 
         self.toolbox = base.Toolbox()
@@ -148,13 +149,14 @@ class Engine:
     def _context(self, problem: Problem) -> Context:
         if problem.name not in self._inputs:
             drawn = problem.make_inputs(0)
-            self._inputs[problem.name] = (describe_kernel_inputs(problem, drawn), kernel_precision(problem, drawn))
-        inputs, floor = self._inputs[problem.name]
+            dims = frozenset(int(d) for a in problem.to_kernel_inputs(drawn) if isinstance(a, np.ndarray) for d in a.shape)
+            self._inputs[problem.name] = (describe_kernel_inputs(problem, drawn), kernel_precision(problem, drawn), dims)
+        inputs, floor, dims = self._inputs[problem.name]
         return Context(problem=problem.name, reference_source=problem.reference_source,
                        generation=self.generation + 1, rng=self.np_rng, lessons=self.memory.lessons(),
                        baseline_source=problem.baseline_source, inputs=inputs, precision=floor,
                        tolerance=self.cfg.evaluation.rel_tol or problem.output_tolerance(),
-                       machine=self._machine, tuning=self.cfg.operators.llm_fraction < 1.0,
+                       machine=self._machine, dims=dims, tuning=self.cfg.operators.llm_fraction < 1.0,
                        lesson_roles=self.memory.lesson_roles())
 
     @property

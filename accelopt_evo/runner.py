@@ -175,7 +175,7 @@ def choose_operators(cfg: Config, run_dir: Path | None, check: bool = True,
 
     kind, why = resolve_kind(cfg.operators.kind, cfg.llm.base_url)
     if kind == "tuning":
-        return TuningOperators(), why
+        return TuningOperators(cfg.operators.mutation()), why
     from operators import llm  # imported only when LLM operators are wanted
 
     settings = llm.Settings.from_config(cfg)
@@ -186,8 +186,9 @@ def choose_operators(cfg: Config, run_dir: Path | None, check: bool = True,
     _ledger_preflights(settings.llm, run_dir, preflight)
     ops = llm.LLMOperators(settings.llm, settings.budget, run_dir)
     if cfg.operators.llm_fraction < 1.0:
-        share = f"{cfg.operators.llm_fraction:.0%} of requests to the LLM, the rest to knob tuning"
-        return llm.MixedOperators(ops, TuningOperators(), cfg.operators.llm_fraction), f"{why}; {share}"
+        share = f"{cfg.operators.llm_fraction:.0%} of requests to the LLM, the rest to the offline operators"
+        tuning = TuningOperators(cfg.operators.mutation())
+        return llm.MixedOperators(ops, tuning, cfg.operators.llm_fraction), f"{why}; {share}"
     return ops, why
 
 
@@ -431,8 +432,7 @@ def _drive(cfg: Config, folder: RunFolder, problems: list[Problem], operators: O
 
 def _saved_config(folder: RunFolder) -> Config:
     try:
-        data = config_mod.load_file(folder.config)
-        return config_mod.from_dict(data)
+        return config_mod.from_saved(config_mod.load_file(folder.config))
     except UserError as exc:
         raise UserError(f"run folder '{folder.root}': {exc}") from None
 

@@ -27,6 +27,8 @@ class Parent:
     latency_ms: float | None = None
     percent_of_peak: float | None = None
     profile: dict[str, Any] = field(default_factory=dict)
+    note: str = ""                       # what the operator that made it did (Child.note)
+    parent_ids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,8 @@ class Context:
     precision: str = "float32"
     tolerance: float = 2e-5       # the L2 relative tolerance of the problem's outputs (prompts quote it)
     machine: Machine | None = None  # the target's figures (None: prompts name no numbers)
+    # The dimensions of the kernel's array arguments (offline operators draw tile sizes from them).
+    dims: frozenset[int] = frozenset()
     # Offline tuning operators take part (they vary `# tune:` knobs): only then do prompts ask
     # to keep the knob convention and every listed value correct.
     tuning: bool = True

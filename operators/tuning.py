@@ -1,22 +1,31 @@
-"""Offline variation operators that tune `# tune:` knobs; they need no LLM.
+"""Offline variation operators: they need no LLM and work on any kernel.
 
-`tune_mutation` moves one knob to another of its listed values; `tune_crossover` takes each
-knob both parents share from one parent or the other with equal probability (uniform
-crossover). The rationale for the memory is a mechanical description of the knob change.
+A mutation draws, with the weights of `operators.knob_weight` and `operators.rewrite_weight`,
+between a knob move (a declared `# tune:` knob or a knob found in the source, operators.found_knobs)
+and a structural rewrite (operators.rewrites); a kind that has nothing to offer for the parent
+is not drawn. A crossover takes each differing region of the two parents' sources (a knob
+value, a rewritten statement) from one parent or the other with equal probability. The
+memory's rationale is the mechanical description of what was applied.
 """
 
 from __future__ import annotations
 
+import difflib
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
+from . import found_knobs, rewrites
 from .base import CROSSOVER, MUTATION, Child, Context, Operators, Parent, Request
 from .knobs import find_knobs, set_knobs
 
+DEFAULT_PARTITIONS = 128   # when the context names no target
+
 
 def tune_mutation(source: str, rng: np.random.Generator) -> tuple[str, str] | None:
-    """(child source, note), or None when the kernel has no knob with an alternative value."""
+    """(child source, note) moving one declared knob to another of its listed values, or None
+    when the kernel has no knob with an alternative value."""
     movable = [k for k in find_knobs(source).values() if any(c != k.value for c in k.choices)]
     if not movable:
         return None
@@ -24,6 +33,11 @@ def tune_mutation(source: str, rng: np.random.Generator) -> tuple[str, str] | No
     options = [c for c in knob.choices if c != knob.value]
     value = options[rng.integers(len(options))]
     return set_knobs(source, {knob.name: value}), f"{knob.name}: {knob.value} -> {value}"
+
+
+def declared_moves(source: str) -> list[tuple[str, int, int]]:
+    """(knob, value, new value) for every listed alternative of every declared knob."""
+    return [(k.name, k.value, c) for k in find_knobs(source).values() for c in k.choices if c != k.value]
 
 
 def tune_crossover(a: str, b: str, rng: np.random.Generator) -> tuple[str, str] | None:
@@ -39,10 +53,68 @@ def tune_crossover(a: str, b: str, rng: np.random.Generator) -> tuple[str, str] 
     return set_knobs(a, changed), f"uniform crossover of {', '.join(shared)} ({note})"
 
 
+def region_crossover(a: str, b: str, rng: np.random.Generator) -> tuple[str, str] | None:
+    """(child source, note): parent `a` with each region where `b` differs taken from `b` with
+    probability 1/2, at least one region from each; None when they differ in fewer than two."""
+    la, lb = a.splitlines(keepends=True), b.splitlines(keepends=True)
+    ops = [op for op in difflib.SequenceMatcher(None, la, lb, autojunk=False).get_opcodes()]
+    regions = [i for i, op in enumerate(ops) if op[0] != "equal"]
+    if len(regions) < 2:
+        return None
+    take = {i for i in regions if rng.random() < 0.5}
+    if not take or len(take) == len(regions):   # the child would be a parent: flip one region
+        flip = regions[rng.integers(len(regions))]
+        take ^= {flip}
+    out: list[str] = []
+    for i, (tag, i1, i2, j1, j2) in enumerate(ops):
+        out += lb[j1:j2] if i in take else la[i1:i2]
+    lines = ", ".join(str(ops[i][1] + 1) for i in sorted(take))
+    return "".join(out), f"crossover: {len(take)} of {len(regions)} differing regions from the second parent (lines {lines})"
+
+
 def knob_changes(parent: str, child: str) -> list[str]:
     """Human-readable knob differences between two kernels, e.g. ['LOAD_N 512 -> 2048']."""
     kp, kc = find_knobs(parent), find_knobs(child)
     return [f"{n} {kp[n].value} -> {kc[n].value}" for n in kp if n in kc and kp[n].value != kc[n].value]
+
+
+SEARCH = "search"                  # knobs found in the source, rewrites, region crossover
+DECLARED_KNOBS = "declared_knobs"  # earlier releases: `# tune:` knobs only (old run folders resume so)
+OFFLINE_MODES = (SEARCH, DECLARED_KNOBS)
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """What the offline operators may do: their mode, the weights of knob moves and rewrites,
+    the rewrites."""
+
+    mode: str = SEARCH
+    knob_weight: float = 1.0
+    rewrite_weight: float = 1.0
+    rewrites: tuple[str, ...] = tuple(rewrites.REWRITES)
+
+
+def mutate(source: str, ctx: Context, rng: np.random.Generator,
+           settings: Mutation = Mutation()) -> tuple[str, str, str] | None:
+    """(child source, operator, note) of one mutation, or None when nothing applies."""
+    partitions = ctx.machine.partitions if ctx.machine else DEFAULT_PARTITIONS
+    knob_moves: list[tuple[str, str]] = [
+        (set_knobs(source, {n: v}), f"{n}: {old} -> {v}") for n, old, v in declared_moves(source)]
+    knob_moves += [(found_knobs.apply(source, m), m.note) for m in found_knobs.moves(source, ctx.dims, partitions)]
+    knob_moves = [(s, note) for s, note in knob_moves if s != source]
+    applied = rewrites.applications(source, settings.rewrites) if settings.rewrite_weight > 0 else {}
+    kinds = [(w, kind) for w, kind, has in ((settings.knob_weight, "knob", knob_moves),
+                                             (settings.rewrite_weight, "rewrite", applied)) if has and w > 0]
+    if not kinds:
+        return None
+    weights = np.array([w for w, _ in kinds], dtype=float)
+    kind = kinds[int(rng.choice(len(kinds), p=weights / weights.sum()))][1]
+    if kind == "knob":
+        child, note = knob_moves[rng.integers(len(knob_moves))]
+        return child, "tune_mutation", note
+    name = sorted(applied)[rng.integers(len(applied))]
+    app = applied[name][rng.integers(len(applied[name]))]
+    return app.source, "rewrite_mutation", app.note
 
 
 class TuningOperators(Operators):
@@ -50,16 +122,39 @@ class TuningOperators(Operators):
 
     name = "tuning"
 
+    def __init__(self, settings: Mutation = Mutation()) -> None:
+        self.settings = settings
+
     def vary(self, requests: Sequence[Request], ctx: Context) -> list[list[Child]]:
+        if self.settings.mode == DECLARED_KNOBS:
+            return self._vary_declared(requests, ctx)
+        out: list[list[Child]] = []
+        for req in requests:
+            ids = tuple(p.id for p in req.parents)
+            if req.kind not in (MUTATION, CROSSOVER):
+                raise ValueError(f"unknown request kind {req.kind!r}")
+            made = None
+            if req.kind == CROSSOVER and len(req.parents) == 2:
+                crossed = region_crossover(req.parents[0].source, req.parents[1].source, ctx.rng)
+                made = None if crossed is None else (crossed[0], "tune_crossover", crossed[1])
+            if made is None:   # a mutation, or a crossover of parents too alike to mix
+                made = mutate(req.parents[0].source, ctx, ctx.rng, self.settings)
+            if made is None:
+                out.append([Child(None, "tune_mutation", ids, error="no knob move or rewrite applies to the kernel")])
+            else:
+                out.append([Child(made[0], made[1], ids, note=made[2])])
+        return out
+
+    @staticmethod
+    def _vary_declared(requests: Sequence[Request], ctx: Context) -> list[list[Child]]:
+        """The operators of earlier releases: a declared knob moved, or declared knobs crossed."""
         out: list[list[Child]] = []
         for req in requests:
             ids = tuple(p.id for p in req.parents)
             if req.kind == CROSSOVER and len(req.parents) == 2:
                 made, op = tune_crossover(req.parents[0].source, req.parents[1].source, ctx.rng), "tune_crossover"
-            elif req.kind in (MUTATION, CROSSOVER):
-                made, op = tune_mutation(req.parents[0].source, ctx.rng), "tune_mutation"
             else:
-                raise ValueError(f"unknown request kind {req.kind!r}")
+                made, op = tune_mutation(req.parents[0].source, ctx.rng), "tune_mutation"
             if made is None:
                 out.append([Child(None, op, ids, error="the kernel has no '# tune:' knob to change")])
             else:
@@ -67,9 +162,18 @@ class TuningOperators(Operators):
         return out
 
     def summarize(self, pairs: Sequence[tuple[Parent, Parent, float]], ctx: Context) -> list[str]:
+        if self.settings.mode == DECLARED_KNOBS:
+            return [f"Knob change {'; '.join(knob_changes(p.source, c.source)) or 'a change outside the knobs'} "
+                    f"made the {ctx.problem} kernel {r:.2f}x as fast ({'faster' if r >= 1 else 'slower'})."
+                    for p, c, r in pairs]
         notes = []
-        for parent, child, ratio in pairs:
-            changes = "; ".join(knob_changes(parent.source, child.source)) or "a change outside the knobs"
+        for before, after, ratio in pairs:
+            if before.id in after.parent_ids and after.note:
+                what = after.note
+            elif after.id in before.parent_ids and before.note:
+                what = f"undoing ({before.note})"
+            else:
+                what = "; ".join(knob_changes(before.source, after.source)) or "a change of the source"
             verdict = "faster" if ratio >= 1 else "slower"
-            notes.append(f"Knob change {changes} made the {ctx.problem} kernel {ratio:.2f}x as fast ({verdict}).")
+            notes.append(f"{what[0].upper()}{what[1:]} made the {ctx.problem} kernel {ratio:.2f}x as fast ({verdict}).")
         return notes

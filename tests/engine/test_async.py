@@ -98,6 +98,7 @@ class SlowTuning(TuningOperators):
     """Knob tuning that takes a while and reports to a gauge while it works."""
 
     def __init__(self, gauge: Gauge, delay_s: float) -> None:
+        super().__init__()
         self.gauge, self.delay_s = gauge, delay_s
 
     def vary(self, requests, ctx):

@@ -5,6 +5,7 @@ import pytest
 
 from accelopt_evo import config as cfgmod
 from accelopt_evo.errors import UserError
+from operators.tuning import Mutation
 
 
 def test_defaults_are_valid_and_default_preset_changes_nothing():
@@ -144,3 +145,15 @@ def test_reading_the_configuration_does_not_load_the_llm_client():
             "print(sorted(m for m in ('openai', 'httpx', 'operators.llm.client') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr
+
+
+def test_offline_operator_settings_and_the_mode_an_old_run_folder_resumes_with():
+    cfg = cfgmod.resolve(sets=["operators.rewrite_weight=0.5", 'operators.rewrites=["fuse_activation"]'])
+    assert cfg.operators.mutation() == Mutation("search", 1.0, 0.5, ("fuse_activation",))
+    # a folder whose config.toml predates operators.offline ran the declared-knob operators
+    assert cfgmod.from_saved({}).operators.offline == "declared_knobs"
+    assert cfgmod.from_saved({"operators": {"offline": "search"}}).operators.offline == "search"
+    for bad, key in (('operators.rewrites=["unroll"]', "operators.rewrites"), ('operators.offline="x"', "operators.offline"),
+                     ("operators.knob_weight=-1", "operators.knob_weight")):
+        with pytest.raises(UserError, match=rf"config key '{key}'"):
+            cfgmod.resolve(sets=[bad])

@@ -59,13 +59,20 @@ def test_operator_set_reports_failures_and_summarizes():
     ctx = Context("silu", "", 1, np.random.default_rng(0))
     p = Parent("p", SRC)
     bare = Parent("q", "X = 1\n")
-    out = ops.vary([Request(MUTATION, (p,)), Request(MUTATION, (bare,)), Request(CROSSOVER, (p, p))], ctx)
+    other = Parent("o", set_knobs(SRC, {"A": 2}).replace("C = 3", "C = 9"))
+    out = ops.vary([Request(MUTATION, (p,)), Request(MUTATION, (bare,)), Request(CROSSOVER, (p, other)),
+                    Request(CROSSOVER, (p, p))], ctx)
     assert out[0][0].source and out[0][0].operator == "tune_mutation"
     assert out[1][0].source is None and "knob" in out[1][0].error
-    assert out[2][0].operator == "tune_crossover"
-    child = Parent("c", out[0][0].source)
+    assert out[2][0].operator == "tune_crossover" and "differing regions" in out[2][0].note
+    assert out[3][0].operator == "tune_mutation"       # parents alike: a mutation instead
+    child = Parent("c", out[0][0].source, note=out[0][0].note, parent_ids=("p",))
     (text,) = ops.summarize([(p, child, 1.25)], ctx)
-    assert knob_changes(SRC, child.source)[0] in text and "1.25x" in text
+    assert text.startswith(out[0][0].note) and "1.25x" in text
+    (undo,) = ops.summarize([(child, p, 1.25)], ctx)
+    assert undo.startswith(f"Undoing ({out[0][0].note})")
+    (text,) = ops.summarize([(p, Parent("x", child.source), 1.25)], ctx)
+    assert knob_changes(SRC, child.source)[0] in text
     assert ops.repair([(out[0][0], "boom")], ctx) == [None]
 
 

@@ -307,7 +307,7 @@ def test_a_resumed_run_records_the_start_preflight_once_and_sends_no_other(tmp_p
 def test_an_old_llm_run_folder_keeps_its_cache_keys_and_configuration_hash(tmp_path):
     shutil.copytree(DATA / "run-v1-llm", tmp_path / "old")
     folder = RunFolder(tmp_path / "old")
-    cfg = cfgmod.from_dict(cfgmod.load_file(folder.config))
+    cfg = cfgmod.from_saved(cfgmod.load_file(folder.config))
     newest_checkpoint(folder, cfg)                  # raises when the configuration hash changed
     s = LLMSettings.from_section(cfg.llm)
     msgs = ({"role": "user", "content": "k"},)

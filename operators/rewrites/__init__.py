@@ -1,0 +1,46 @@
+"""Structural rewrites: small, named, semantics-preserving transformations of NKI source in
+both dialects. Each returns every way it applies to a kernel (an empty list when its
+precondition does not hold); no rewrite scores itself: every child goes through the fitness.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from .engines import move_engine
+from .fuse import fuse_activation
+from .loops import hoist_invariants, interchange
+from .program import Applied, parse
+
+REWRITES: dict[str, Callable[[str], list[Applied]]] = {
+    "fuse_activation": fuse_activation,
+    "move_engine": move_engine,
+    "hoist_invariants": hoist_invariants,
+    "interchange": interchange,
+}
+
+
+def applications(source: str, names: tuple[str, ...] | None = None) -> dict[str, list[Applied]]:
+    """The applications of each rewrite of `names` (default: all) that give a new, parseable
+    source; rewrites that decline are left out."""
+    out = {}
+    for name in names if names is not None else tuple(REWRITES):
+        apps = [a for a in REWRITES[name](source) if a.source != source and parse(a.source) is not None]
+        if apps:
+            out[name] = apps
+    return out
+
+
+def random_rewrite(source: str, rng: np.random.Generator, names: tuple[str, ...] | None = None) -> Applied | None:
+    """One application: a rewrite drawn uniformly among those that apply, then one of its
+    applications uniformly; None when none applies."""
+    apps = applications(source, names)
+    if not apps:
+        return None
+    chosen = sorted(apps)[rng.integers(len(apps))]
+    return apps[chosen][rng.integers(len(apps[chosen]))]
+
+
+__all__ = ["Applied", "REWRITES", "applications", "random_rewrite"]

@@ -1,0 +1,162 @@
+"""Loop rewrites: interchange two perfectly nested loops, hoist loop-invariant statements.
+
+Both keep what is computed; whether the new order is legal for NKI (an affine loop whose
+iterations depend on each other) is for the correctness gate to decide, as for any child.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from ..edits import move_statements
+from .program import Applied, instr, kernel_functions, lines_of, names_read, names_written, parse
+
+LOOPS = {"range", "affine_range", "static_range"}    # sequential loops carry dependencies: left alone
+# Calls a hoisted statement may make: reads and pure computations (no stores, no allocations).
+PURE = {"load", "copy", "activation", "tensor_tensor", "tensor_scalar", "reciprocal", "transpose", "broadcast_to",
+        "multiply", "add", "subtract", "divide", "exp", "negative", "maximum", "minimum", "arange", "min", "max",
+        "tensor_copy", "iota", "reshape", "dma_copy", "nc_transpose"}
+ALLOCATE = {"ndarray", "zeros", "empty"}
+
+
+def _loop_kind(node: ast.For) -> str | None:
+    it = node.iter
+    if isinstance(it, ast.Call):
+        f = it.func
+        name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+        return name if name in LOOPS else None
+    return None
+
+
+def _header(lines: list[str], loop: ast.For) -> str | None:
+    """The loop's one-line header text (without indentation), or None when it spans lines."""
+    if loop.body[0].lineno == loop.lineno:
+        return None
+    line = lines[loop.lineno - 1]
+    if loop.iter.end_lineno != loop.lineno:
+        return None
+    return line.strip()
+
+
+def interchange(source: str) -> list[Applied]:
+    """Every pair of perfectly nested loops (the outer's body is the inner loop alone, the
+    inner's range independent of the outer's variable), swapped."""
+    tree = parse(source)
+    if tree is None:
+        return []
+    lines = source.splitlines(keepends=True)
+    out = []
+    for fn in kernel_functions(tree):
+        for outer in ast.walk(fn):
+            if not (isinstance(outer, ast.For) and len(outer.body) == 1 and isinstance(outer.body[0], ast.For)):
+                continue
+            inner = outer.body[0]
+            if _loop_kind(outer) is None or _loop_kind(inner) is None or outer.orelse or inner.orelse:
+                continue
+            if not isinstance(outer.target, ast.Name) or outer.target.id in names_read(inner.iter):
+                continue
+            ho, hi = _header(lines, outer), _header(lines, inner)
+            if ho is None or hi is None:
+                continue
+            new = list(lines)
+            for loop, header in ((outer, hi), (inner, ho)):
+                old = new[loop.lineno - 1]
+                indent = old[: len(old) - len(old.lstrip())]
+                new[loop.lineno - 1] = indent + header + "\n"
+            out.append(Applied("".join(new), f"interchanged the loops over {outer.target.id} and "
+                                             f"{getattr(inner.target, 'id', '?')} (lines {outer.lineno}, {inner.lineno})"))
+    return out
+
+
+def _calls_pure(node: ast.AST) -> bool:
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Call):
+            f = sub.func
+            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+            if name not in PURE:
+                return False
+    return True
+
+
+def _hoistable(loop: ast.For) -> list[ast.stmt]:
+    """The statements of the loop's body that compute the same in every iteration, in order:
+    `t = pure(...)` reading nothing the loop writes (statements hoisted before them excepted),
+    and in the current dialect an allocation with the one instruction that fills it."""
+    body = loop.body
+    written = names_written(body) | {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
+    counts: dict[str, int] = {}
+    for stmt in body:
+        for name in names_written([stmt]):
+            counts[name] = counts.get(name, 0) + 1
+    nested_writes = names_written([s for s in body if isinstance(s, (ast.For, ast.If, ast.While, ast.With))])
+    hoisted: list[ast.stmt] = []
+    free: set[str] = set()                         # targets already hoisted: invariant now
+    read_so_far: set[str] = set()
+    for i, stmt in enumerate(body):
+        target = _single_target(stmt)
+        blocked = written - free
+        ok = (target is not None and counts.get(target) == 1 and target not in nested_writes
+              and target not in read_so_far)
+        if ok and isinstance(stmt, ast.Assign):
+            value = stmt.value
+            is_alloc = isinstance(value, ast.Call) and _callee(value) in ALLOCATE
+            if is_alloc:
+                ok = _fills(body, i, target, blocked | {target}) and not (names_read(value) & blocked)
+            else:
+                ok = _calls_pure(value) and not (names_read(value) & blocked)
+        elif ok:
+            ins = instr(stmt)                      # current dialect: filled by one instruction
+            ok = (ins is not None and ins.current and _calls_pure(ins.call) and any(h is not None and
+                  _single_target(h) == target for h in hoisted)
+                  and not ((names_read(ins.call) - {target}) & blocked))
+        if ok:
+            hoisted.append(stmt)
+            free.add(target)  # type: ignore[arg-type]
+        read_so_far |= names_read(stmt)
+    # An allocation goes only with the instruction that fills it.
+    filled = {_single_target(s) for s in hoisted if not isinstance(s, ast.Assign)}
+    return [s for s in hoisted if not (isinstance(s, ast.Assign) and isinstance(s.value, ast.Call)
+                                       and _callee(s.value) in ALLOCATE and _single_target(s) not in filled)]
+
+
+def _callee(call: ast.Call) -> str:
+    f = call.func
+    return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+
+
+def _single_target(stmt: ast.stmt) -> str | None:
+    """The variable a statement defines whole (`t = ...`, `nisa.x(dst=t, ...)`), else None."""
+    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+        return stmt.targets[0].id
+    ins = instr(stmt)
+    if ins is not None and ins.current and isinstance(ins.dst, ast.Name):
+        return ins.dst.id
+    return None
+
+
+def _fills(body: list[ast.stmt], i: int, name: str, blocked: set[str]) -> bool:
+    """Whether exactly one later statement of `body` writes `name` whole, in the dst= form."""
+    writers = [s for s in body[i + 1:] if name in names_written([s])]
+    return len(writers) == 1 and _single_target(writers[0]) == name
+
+
+def hoist_invariants(source: str) -> list[Applied]:
+    """For every loop with invariant statements, those statements moved before the loop."""
+    tree = parse(source)
+    if tree is None:
+        return []
+    out = []
+    for fn in kernel_functions(tree):
+        for loop in ast.walk(fn):
+            if not isinstance(loop, ast.For) or _loop_kind(loop) is None:
+                continue
+            moved = _hoistable(loop)
+            # A statement is hoisted with everything it reads from the loop: keep the order.
+            if not moved or len(moved) == len(loop.body):
+                continue
+            names = ", ".join(_single_target(s) or "?" for s in moved)
+            var = getattr(loop.target, "id", "?")
+            new = move_statements(source, moved, loop)
+            out.append(Applied(new, f"hoisted {names} out of the loop over {var} ({lines_of(moved)})"))
+    return out
+
