@@ -21,6 +21,7 @@ from .base import CROSSOVER, MUTATION, Child, Context, Operators, Parent, Reques
 from .knobs import find_knobs, set_knobs
 
 DEFAULT_PARTITIONS = 128   # when the context names no target
+DRAWS = 4                  # crossover tries per request for a mix the same `vary` call has not made
 
 
 def tune_mutation(source: str, rng: np.random.Generator) -> tuple[str, str] | None:
@@ -94,15 +95,17 @@ class Mutation:
     rewrites: tuple[str, ...] = tuple(rewrites.REWRITES)
 
 
-def mutate(source: str, ctx: Context, rng: np.random.Generator,
-           settings: Mutation = Mutation()) -> tuple[str, str, str] | None:
-    """(child source, operator, note) of one mutation, or None when nothing applies."""
+def mutate(source: str, ctx: Context, rng: np.random.Generator, settings: Mutation = Mutation(),
+           exclude: frozenset[str] | set[str] = frozenset()) -> tuple[str, str, str] | None:
+    """(child source, operator, note) of one mutation other than the sources in `exclude`, or
+    None when nothing (else) applies."""
     partitions = ctx.machine.partitions if ctx.machine else DEFAULT_PARTITIONS
     knob_moves: list[tuple[str, str]] = [
         (set_knobs(source, {n: v}), f"{n}: {old} -> {v}") for n, old, v in declared_moves(source)]
     knob_moves += [(found_knobs.apply(source, m), m.note) for m in found_knobs.moves(source, ctx.dims, partitions)]
-    knob_moves = [(s, note) for s, note in knob_moves if s != source]
+    knob_moves = [(s, note) for s, note in knob_moves if s != source and s not in exclude]
     applied = rewrites.applications(source, settings.rewrites) if settings.rewrite_weight > 0 else {}
+    applied = {name: kept for name, apps in applied.items() if (kept := [a for a in apps if a.source not in exclude])}
     kinds = [(w, kind) for w, kind, has in ((settings.knob_weight, "knob", knob_moves),
                                              (settings.rewrite_weight, "rewrite", applied)) if has and w > 0]
     if not kinds:
@@ -129,21 +132,33 @@ class TuningOperators(Operators):
         if self.settings.mode == DECLARED_KNOBS:
             return self._vary_declared(requests, ctx)
         out: list[list[Child]] = []
+        made_here: set[str] = set()
         for req in requests:
             ids = tuple(p.id for p in req.parents)
             if req.kind not in (MUTATION, CROSSOVER):
                 raise ValueError(f"unknown request kind {req.kind!r}")
-            made = None
-            if req.kind == CROSSOVER and len(req.parents) == 2:
-                crossed = region_crossover(req.parents[0].source, req.parents[1].source, ctx.rng)
-                made = None if crossed is None else (crossed[0], "tune_crossover", crossed[1])
-            if made is None:   # a mutation, or a crossover of parents too alike to mix
-                made = mutate(req.parents[0].source, ctx, ctx.rng, self.settings)
+            made = self._one(req, ctx, made_here)
+            if made is not None:
+                made_here.add(made[0])
             if made is None:
                 out.append([Child(None, "tune_mutation", ids, error="no knob move or rewrite applies to the kernel")])
             else:
                 out.append([Child(made[0], made[1], ids, note=made[2])])
         return out
+
+    def _one(self, req: Request, ctx: Context, made: set[str]) -> tuple[str, str, str] | None:
+        """(source, operator, note) of one child for the request that is none of `made` (the
+        children of this call so far) where it can be, or None."""
+        if req.kind == CROSSOVER and len(req.parents) == 2:
+            for _ in range(DRAWS):
+                crossed = region_crossover(req.parents[0].source, req.parents[1].source, ctx.rng)
+                if crossed is None or crossed[0] not in made:
+                    break
+            if crossed is not None and crossed[0] not in made:
+                return crossed[0], "tune_crossover", crossed[1]
+        # a mutation, or a crossover of parents too alike to mix (or whose mixes were made)
+        return (mutate(req.parents[0].source, ctx, ctx.rng, self.settings, made)
+                or mutate(req.parents[0].source, ctx, ctx.rng, self.settings))
 
     @staticmethod
     def _vary_declared(requests: Sequence[Request], ctx: Context) -> list[list[Child]]:

@@ -11,7 +11,7 @@ import numpy as np
 
 from .engines import move_engine
 from .fuse import fuse_activation
-from .loops import hoist_invariants, interchange
+from .loops import hoist_invariants, interchange, merge_loops, split_loop
 from .program import Applied, parse
 
 REWRITES: dict[str, Callable[[str], list[Applied]]] = {
@@ -19,6 +19,8 @@ REWRITES: dict[str, Callable[[str], list[Applied]]] = {
     "move_engine": move_engine,
     "hoist_invariants": hoist_invariants,
     "interchange": interchange,
+    "merge_loops": merge_loops,
+    "split_loop": split_loop,
 }
 
 

@@ -160,3 +160,81 @@ def hoist_invariants(source: str) -> list[Applied]:
             out.append(Applied(new, f"hoisted {names} out of the loop over {var} ({lines_of(moved)})"))
     return out
 
+
+
+def _rename(lines: list[str], stmts: list[ast.stmt], old: str, new: str) -> None:
+    """Rename the variable `old` to `new` in the statements, in place in `lines` (one line per
+    Name node; columns are byte offsets of ASCII kernel text)."""
+    spots = sorted(((n.lineno, n.col_offset) for s in stmts for n in ast.walk(s)
+                    if isinstance(n, ast.Name) and n.id == old), reverse=True)
+    for lineno, col in spots:
+        line = lines[lineno - 1]
+        lines[lineno - 1] = line[:col] + new + line[col + len(old):]
+
+
+def _indent(lines: list[str], node: ast.AST) -> str:
+    line = lines[node.lineno - 1]
+    return line[: len(line) - len(line.lstrip())]
+
+
+def merge_loops(source: str) -> list[Applied]:
+    """Every two adjacent loops over the same range merged into one (the second's variable
+    renamed to the first's): one pass over the data instead of two."""
+    tree = parse(source)
+    if tree is None or not source.isascii():
+        return []
+    lines = source.splitlines(keepends=True)
+    out = []
+    for fn in kernel_functions(tree):
+        for block in _blocks_of(fn):
+            for a, b in zip(block, block[1:]):
+                if not (isinstance(a, ast.For) and isinstance(b, ast.For) and _loop_kind(a) and _loop_kind(b)
+                        and ast.unparse(a.iter) == ast.unparse(b.iter) and isinstance(a.target, ast.Name)
+                        and isinstance(b.target, ast.Name) and not a.orelse and not b.orelse):
+                    continue
+                va, vb = a.target.id, b.target.id
+                if _header(lines, b) is None or _indent(lines, a.body[0]) != _indent(lines, b.body[0]):
+                    continue
+                if va != vb and va in {n.id for s in b.body for n in ast.walk(s) if isinstance(n, ast.Name)}:
+                    continue
+                new = list(lines)
+                if va != vb:
+                    _rename(new, b.body, vb, va)
+                del new[b.lineno - 1]
+                out.append(Applied("".join(new), f"merged the loop over {vb} (line {b.lineno}) into the loop over "
+                                                 f"{va} (line {a.lineno})"))
+    return out
+
+
+def split_loop(source: str) -> list[Applied]:
+    """Every loop body split in two loops over the same range where the second part reads no
+    variable the first part sets (they share only memory): two passes instead of one."""
+    tree = parse(source)
+    if tree is None:
+        return []
+    lines = source.splitlines(keepends=True)
+    out = []
+    for fn in kernel_functions(tree):
+        for loop in ast.walk(fn):
+            if not (isinstance(loop, ast.For) and _loop_kind(loop) and not loop.orelse and len(loop.body) >= 2):
+                continue
+            header = _header(lines, loop)
+            if header is None:
+                continue
+            for k in range(1, len(loop.body)):
+                first, second = loop.body[:k], loop.body[k:]
+                set_first = {n.id for s in first for n in ast.walk(s) if isinstance(n, ast.Name)
+                             and isinstance(n.ctx, ast.Store)}
+                if set_first & names_read(ast.Module(body=second, type_ignores=[])):
+                    continue
+                new = list(lines)
+                at = second[0].lineno - 1
+                new.insert(at, _indent(lines, loop) + header + "\n")
+                out.append(Applied("".join(new), f"split the loop over {getattr(loop.target, 'id', '?')} "
+                                                 f"(line {loop.lineno}) before line {second[0].lineno}"))
+    return out
+
+
+def _blocks_of(fn: ast.FunctionDef) -> list[list[ast.stmt]]:
+    return [body for node in ast.walk(fn) for body in (getattr(node, "body", None), getattr(node, "orelse", None))
+            if isinstance(body, list) and body and isinstance(body[0], ast.stmt)]

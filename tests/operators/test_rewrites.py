@@ -140,3 +140,55 @@ def test_region_crossover_mixes_differing_regions_of_both_parents():
     seen = {region_crossover(a, b, rng)[0] for _ in range(60)}
     assert a not in seen and b not in seen and len(seen) == 6        # 2^3 mixes less the two parents
     assert region_crossover(a, a.replace("C = 3", "C = 4"), rng) is None
+
+
+TWO_PASSES = '''import neuronxcc.nki as nki
+import neuronxcc.nki.language as nl
+import neuronxcc.nki.isa as nisa
+
+
+@nki.jit
+def kernel(x):
+    M, N = x.shape
+    out = nl.ndarray((M, N), dtype=x.dtype, buffer=nl.shared_hbm)
+    buf = nl.ndarray((M // 128, nl.par_dim(128), N), dtype=x.dtype, buffer=nl.sbuf)
+    for m in nl.affine_range(M // 128):
+        buf[m, :, :] = nl.load(x[m * 128:(m + 1) * 128, 0:N])
+    for k in nl.affine_range(M // 128):
+        y = nisa.activation(op=nl.silu, data=buf[k, :, :])
+        nl.store(out[k * 128:(k + 1) * 128, 0:N], value=y)
+    return out
+'''
+
+
+def test_merge_and_split_loops_undo_each_other_and_keep_results():
+    from operators.rewrites.loops import merge_loops, split_loop
+
+    (merged,) = merge_loops(TWO_PASSES)
+    assert merged.note == "merged the loop over k (line 13) into the loop over m (line 11)"
+    assert merged.source.count("for ") == 1 and "buf[m, :, :]" in merged.source and "out[m * 128" in merged.source
+    same_results(TWO_PASSES, merged.source, "silu")
+    splits = split_loop(merged.source)
+    assert [s.note for s in splits] == ["split the loop over m (line 11) before line 13"]  # y is read by the store
+    same_results(TWO_PASSES, splits[0].source, "silu")
+    assert merge_loops(splits[0].source)[0].source == merged.source
+
+
+def test_merge_and_split_decline_without_their_precondition():
+    from operators.rewrites.loops import merge_loops, split_loop
+
+    other_range = TWO_PASSES.replace("for k in nl.affine_range(M // 128)", "for k in nl.affine_range(M // 64)")
+    assert merge_loops(other_range) == []
+    assert split_loop(TWO_PASSES) == []     # one-statement body, and the loop whose y the store reads
+
+
+def test_one_vary_call_does_not_make_the_same_child_twice_when_it_can_help_it():
+    from operators.base import MUTATION, Parent, Request
+    from operators.tuning import TuningOperators
+
+    source = (NKI_BASELINES / "silu.py").read_text()
+    ops = TuningOperators(Mutation(knob_weight=0, rewrites=("fuse_activation",)))   # two children possible
+    for seed in range(10):
+        ctx = Context("silu", "", 1, np.random.default_rng(seed), dims=frozenset({256, 1024}))
+        out = ops.vary([Request(MUTATION, (Parent("p", source),))] * 2, ctx)
+        assert len({group[0].source for group in out}) == 2
