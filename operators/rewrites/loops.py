@@ -38,33 +38,37 @@ def _header(lines: list[str], loop: ast.For) -> str | None:
     return line.strip()
 
 
+def _loops(source: str) -> tuple[list[str], list[ast.For]]:
+    """The source's lines and its loops over a non-sequential range (none if it does not parse)."""
+    tree = parse(source)
+    if tree is None:
+        return [], []
+    loops = [n for fn in kernel_functions(tree) for n in ast.walk(fn)
+             if isinstance(n, ast.For) and _loop_kind(n) is not None and not n.orelse]
+    return source.splitlines(keepends=True), loops
+
+
 def interchange(source: str) -> list[Applied]:
     """Every pair of perfectly nested loops (the outer's body is the inner loop alone, the
     inner's range independent of the outer's variable), swapped."""
-    tree = parse(source)
-    if tree is None:
-        return []
-    lines = source.splitlines(keepends=True)
+    lines, loops = _loops(source)
     out = []
-    for fn in kernel_functions(tree):
-        for outer in ast.walk(fn):
-            if not (isinstance(outer, ast.For) and len(outer.body) == 1 and isinstance(outer.body[0], ast.For)):
-                continue
-            inner = outer.body[0]
-            if _loop_kind(outer) is None or _loop_kind(inner) is None or outer.orelse or inner.orelse:
-                continue
-            if not isinstance(outer.target, ast.Name) or outer.target.id in names_read(inner.iter):
-                continue
-            ho, hi = _header(lines, outer), _header(lines, inner)
-            if ho is None or hi is None:
-                continue
-            new = list(lines)
-            for loop, header in ((outer, hi), (inner, ho)):
-                old = new[loop.lineno - 1]
-                indent = old[: len(old) - len(old.lstrip())]
-                new[loop.lineno - 1] = indent + header + "\n"
-            out.append(Applied("".join(new), f"interchanged the loops over {outer.target.id} and "
-                                             f"{getattr(inner.target, 'id', '?')} (lines {outer.lineno}, {inner.lineno})"))
+    for outer in loops:
+        if not (len(outer.body) == 1 and outer.body[0] in loops):
+            continue
+        inner = outer.body[0]
+        if not isinstance(outer.target, ast.Name) or outer.target.id in names_read(inner.iter):
+            continue
+        ho, hi = _header(lines, outer), _header(lines, inner)
+        if ho is None or hi is None:
+            continue
+        new = list(lines)
+        for loop, header in ((outer, hi), (inner, ho)):
+            old = new[loop.lineno - 1]
+            indent = old[: len(old) - len(old.lstrip())]
+            new[loop.lineno - 1] = indent + header + "\n"
+        out.append(Applied("".join(new), f"interchanged the loops over {outer.target.id} and "
+                                         f"{getattr(inner.target, 'id', '?')} (lines {outer.lineno}, {inner.lineno})"))
     return out
 
 
@@ -142,24 +146,16 @@ def _fills(body: list[ast.stmt], i: int, name: str, blocked: set[str]) -> bool:
 
 def hoist_invariants(source: str) -> list[Applied]:
     """For every loop with invariant statements, those statements moved before the loop."""
-    tree = parse(source)
-    if tree is None:
-        return []
     out = []
-    for fn in kernel_functions(tree):
-        for loop in ast.walk(fn):
-            if not isinstance(loop, ast.For) or _loop_kind(loop) is None:
-                continue
-            moved = _hoistable(loop)
-            # A statement is hoisted with everything it reads from the loop: keep the order.
-            if not moved or len(moved) == len(loop.body):
-                continue
-            names = ", ".join(_single_target(s) or "?" for s in moved)
-            var = getattr(loop.target, "id", "?")
-            new = move_statements(source, moved, loop)
-            out.append(Applied(new, f"hoisted {names} out of the loop over {var} ({lines_of(moved)})"))
+    for loop in _loops(source)[1]:
+        moved = _hoistable(loop)
+        if not moved or len(moved) == len(loop.body):   # a loop left empty would not parse
+            continue
+        names = ", ".join(_single_target(s) or "?" for s in moved)
+        var = getattr(loop.target, "id", "?")
+        new = move_statements(source, moved, loop)
+        out.append(Applied(new, f"hoisted {names} out of the loop over {var} ({lines_of(moved)})"))
     return out
-
 
 
 def _rename(lines: list[str], stmts: list[ast.stmt], old: str, new: str) -> None:
@@ -209,15 +205,10 @@ def merge_loops(source: str) -> list[Applied]:
 def split_loop(source: str) -> list[Applied]:
     """Every loop body split in two loops over the same range where the second part reads no
     variable the first part sets (they share only memory): two passes instead of one."""
-    tree = parse(source)
-    if tree is None:
-        return []
-    lines = source.splitlines(keepends=True)
+    lines, loops = _loops(source)
     out = []
-    for fn in kernel_functions(tree):
-        for loop in ast.walk(fn):
-            if not (isinstance(loop, ast.For) and _loop_kind(loop) and not loop.orelse and len(loop.body) >= 2):
-                continue
+    for loop in loops:
+        if len(loop.body) >= 2:
             header = _header(lines, loop)
             if header is None:
                 continue
