@@ -222,7 +222,7 @@ class Engine:
         c.result = result
         if c.valid:
             c.fitness.values = (float(result.speedup),)
-        return EvaluationLine(generation, state.spec.name, c.id, c.operator, c.parent_ids, reused, result)
+        return EvaluationLine(generation, state.spec.name, c.id, c.operator, c.parent_ids, reused, result, c.note)
 
     def _make(self, child: Child, generation: int) -> KernelRecord:
         return new_kernel(child.source, kernel_id(child.source), parent_ids=child.parent_ids,

@@ -146,21 +146,24 @@ class EvaluationLine:
     parent_ids: tuple[str, ...]
     reused: bool                      # an identical kernel was evaluated earlier in the run
     result: EvalResult
+    note: str = ""                    # what the operator did (absent from lines of earlier releases)
 
     def to_json(self) -> dict[str, Any]:
         d = self.result.to_dict()
         d.update(schema=SCHEMA, generation=self.generation, problem=self.problem, kernel_id=self.kernel_id,
                  operator=self.operator, parent_ids=list(self.parent_ids), reused=self.reused)
+        if self.note:
+            d["note"] = self.note
         return d
 
     @classmethod
     def from_json(cls, data: Any) -> "EvaluationLine":
         return cls(_need(data, "generation", int), _need(data, "problem", str), _need(data, "kernel_id", str),
                    _need(data, "operator", str, "") or "?", _ids(data, "parent_ids"),
-                   bool(_need(data, "reused", bool, False)), result_from_json(data))
+                   bool(_need(data, "reused", bool, False)), result_from_json(data), _need(data, "note", str, ""))
 
     def kernel(self) -> KernelMeta:
-        return KernelMeta(self.kernel_id, self.parent_ids, self.operator, self.generation, "", self.result)
+        return KernelMeta(self.kernel_id, self.parent_ids, self.operator, self.generation, self.note, self.result)
 
 
 @dataclass

@@ -63,9 +63,13 @@ def run_problem(problem: str, args: argparse.Namespace) -> dict:
     data = report.collect(RunFolder(folder))
     best = report.best_kernel(data, problem)
     series = report.best_series(data, problem)
+    # every kernel the best descends from, oldest first: what was applied on the way
+    chain = sorted(report.lineage(best, report.kernel_index(data))[1], key=lambda k: k.generation) if best else []
     return {"problem": problem, "speedup": best.speedup if best else None,
-            "percent_of_peak": best.percent_of_peak if best else None, "operator": best.operator if best else None,
-            "note": best.note if best else None, "generations": data.last_generation,
+            "percent_of_peak": best.percent_of_peak if best else None, "status": best.status if best else None,
+            "steps": [f"gen {k.generation} {k.operator}: {k.note} ({k.speedup:.3f}x)" for k in chain
+                      if k.note and k.speedup],
+            "generations": data.last_generation,
             "first_gen_best": series[1][1] if len(series) > 1 else None,
             "seconds": round(time.perf_counter() - started, 1)}
 
@@ -83,13 +87,15 @@ def main(argv: list[str] | None = None) -> int:
     problems = args.problems or official_names(args.suite_dir)
     demo = demo_speedups(args.suite_dir)
     rows = [run_problem(p, args) for p in problems]
-    print(f"\n{'problem':<22} {'best':>7} {'% peak':>7} {'AccelOpt demo':>13}  gen-1 best  what the best kernel did")
+    print(f"\n{'problem':<22} {'best':>7} {'% peak':>7} {'AccelOpt demo':>13}  gen-1 best")
     for r in rows:
         sp = f"{r['speedup']:.3f}x" if r["speedup"] else "-"
         pk = f"{r['percent_of_peak']:.1f}%" if r["percent_of_peak"] else "-"
         d = f"{demo[r['problem']]:.2f}x" if r["problem"] in demo else "-"
         g1 = f"{r['first_gen_best']:.3f}x" if r["first_gen_best"] else "-"
-        print(f"{r['problem']:<22} {sp:>7} {pk:>7} {d:>13}  {g1:>10}  {(r['note'] or '')[:70]}")
+        print(f"{r['problem']:<22} {sp:>7} {pk:>7} {d:>13}  {g1:>10}")
+        for step in r["steps"]:
+            print(f"    {step}")
     got = [r["speedup"] for r in rows if r["speedup"]]
     if got:
         gm = math.exp(sum(math.log(s) for s in got) / len(got))

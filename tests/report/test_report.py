@@ -173,6 +173,9 @@ def test_lineage_runs_from_the_baseline_to_the_best_kernel(reported):
     assert {k.id for k in chain} <= {k.id for k in ancestors}
     table = text.split("## Lineage of the best kernels")[1].split("### matmul")[0]
     assert re.findall(r"^\| \d+ \| `(\w+)` \|", table, re.M) == [k.id for k in chain]
+    # what each operator did is in evaluations.jsonl, for kernels that left the population too
+    notes = {r["kernel_id"]: r.get("note", "") for r in evaluations(folder)}
+    assert all(notes[k.id] and k.note == notes[k.id] for k in ancestors if k.operator != "baseline")
 
 
 def test_lineage_follows_the_fastest_parent_of_a_crossover():
