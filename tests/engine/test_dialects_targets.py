@@ -62,7 +62,8 @@ def test_the_dialect_is_part_of_the_identity_only_when_not_the_problems_own():
 
 
 def test_default_dialect_keeps_the_configuration_hash_of_earlier_releases():
-    cfg = _cfg()
+    # earlier releases ran the declared-knob operators (a run folder of theirs resumes so)
+    cfg = _cfg('operators.offline="declared_knobs"')
     data = cfg.to_dict()
     for dotted in config_mod.LATER_DEFAULTS:   # what a configuration of an earlier release hashed
         *path, key = dotted.split(".")          # e.g. llm.roles.planner.max_tokens
@@ -76,6 +77,7 @@ def test_default_dialect_keeps_the_configuration_hash_of_earlier_releases():
     assert _cfg("evaluation.calibration=\"shipped\"").hash() != cfg.hash()
     assert _cfg("run.mode=\"async\"").hash() != cfg.hash()
     assert _cfg("evaluation.executor=\"ray\"").hash() != cfg.hash()
+    assert _cfg().hash() != cfg.hash()          # today's default offline search is not what they ran
 
 
 def test_figures_of_uncalibrated_targets_say_so():
