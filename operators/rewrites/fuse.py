@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..edits import replace_statements
-from .program import Applied, Instr, base_name, blocks, instr, kernel_functions, lines_of, parse_nki, text
+from .program import (Applied, Instr, base_name, blocks, instr, kernel_functions, lines_of, names_written, parse_nki,
+                      text)
 
 UNARY = ("exp", "sigmoid", "tanh", "gelu", "silu", "relu", "log", "sqrt", "rsqrt", "square", "reciprocal")
 Term = tuple[Any, ...]
@@ -69,15 +70,17 @@ class _Reader:
             return ("const", c)
         if base_name(node) in self.zeros:
             return ("const", 0.0)
-        key = text(node)
-        for j in range(before - 1, -1, -1):
+        key, base = text(node), base_name(node)
+        for j in range(before - 1, -1, -1):   # the statement that last wrote the operand
+            if base not in names_written([self.block[j]]):
+                continue
             ins = self.instrs[j]
             if ins is not None and text(ins.dst) == key:
                 term = self.term(j, used, masks)
                 if term is not None:
                     used.append(j)
                     return term
-                break
+            break                             # written some other way: a value of its own
         return ("ref", key)
 
     def term(self, k: int, used: list[int], masks: list[str]) -> Term | None:
@@ -242,13 +245,9 @@ def _fuse(source: str, fn: ast.FunctionDef, block: list[ast.stmt], reader: _Read
     chain = [block[j] for j in used] + [block[k]]
     removed = {id(block[j]) for j in used}
     # The data must hold the same value at the chain's first instruction and at its last.
-    data_base = next((n.id for n in ast.walk(ast.parse(data, mode="eval")) if isinstance(n, ast.Name)), None)
-    for j in range(used[0], k):
-        ins = reader.instrs[j]
-        if ins is not None and base_name(ins.dst) == data_base and text(ins.dst) != data:
-            return None
-        if ins is not None and text(ins.dst) == data:
-            return None
+    data_base = base_name(ast.parse(data, mode="eval").body)
+    if any(data_base in names_written([block[j]]) for j in range(used[0], k)):
+        return None
     for j in used:
         temp = base_name(reader.instrs[j].dst)  # type: ignore[union-attr]
         for ref in _references(fn, temp):  # type: ignore[arg-type]

@@ -192,3 +192,12 @@ def test_one_vary_call_does_not_make_the_same_child_twice_when_it_can_help_it():
         ctx = Context("silu", "", 1, np.random.default_rng(seed), dims=frozenset({256, 1024}))
         out = ops.vary([Request(MUTATION, (Parent("p", source),))] * 2, ctx)
         assert len({group[0].source for group in out}) == 2
+
+
+def test_fuse_activation_reads_an_operand_as_the_statement_that_last_wrote_it():
+    source = ("import neuronxcc.nki.isa as nisa\nimport neuronxcc.nki.language as nl\n"
+              "def kernel(x):\n    e = nisa.activation(op=nl.exp, data=x, scale=-1.0)\n    e = e * 2.0\n"
+              "    d = nl.add(e, 1.0)\n    r = nisa.reciprocal(d)\n    return r\n")
+    assert fuse_activation(source) == []     # 1 / (1 + 2 exp(-x)) is no sigmoid
+    assert [a.note for a in fuse_activation(source.replace("    e = e * 2.0\n", ""))] == [
+        "fused activation/add/reciprocal into one activation(sigmoid) on lines 4-6"]
