@@ -129,7 +129,7 @@ class MemorySection:
 class OperatorsSection:
     kind: str = "auto"                   # auto | llm | tuning
     # With LLM operators, the share of offspring produced by them; the rest use the offline
-    # knob-tuning operators (mixing both in one population).
+    # offline operators (mixing both in one population).
     llm_fraction: float = 1.0
     # Offline operators: "search" (knobs found in any kernel, rewrites) or "declared_knobs" (only
     # `# tune:` knobs, as earlier releases did; their run folders resume so).

@@ -91,6 +91,6 @@ def diagnose(cfg: Config, host: NeuronHost, check_llm: Callable[[], str],
         if problem and cfg.operators.kind != "tuning":   # auto and llm need the endpoint
             can_run = False
     else:
-        lines.append("llm         no endpoint configured (llm.base_url): offline knob-tuning operators")
+        lines.append("llm         no endpoint configured (llm.base_url): offline operators (knobs found in the kernel, structural rewrites)")
     lines.append("verdict     " + ("a run can start" if can_run else "a run cannot start with this configuration"))
     return Diagnosis(lines, can_run)

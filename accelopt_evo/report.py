@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from fitness.result import STATUSES
 from nkibench import paper
+from operators.tuning import DECLARED_KNOBS
 
 from .errors import UserError
 from .files import write_text_atomic
@@ -530,7 +531,10 @@ def _header(data: RunData) -> list[str]:
     elif isinstance(gens, int) and reached > gens:
         progress = f"generation {reached} checkpointed (resumed beyond run.gens = {gens})"
     ops = data.setting("operators", "kind", "?")
-    ops += " (offline knob tuning)" if data.offline else f" (LLM {data.setting('llm', 'model', '') or '?'})"
+    # a folder written before operators.offline existed ran the declared-knob operators
+    searched = data.setting("operators", "offline", DECLARED_KNOBS) != DECLARED_KNOBS
+    offline = " (offline: knobs found in the kernels and structural rewrites)" if searched else " (offline knob tuning)"
+    ops += offline if data.offline else f" (LLM {data.setting('llm', 'model', '') or '?'})"
     lines = [f"# Run report: {data.folder.root.name}", "",
              f"- Problems: {_problem_list(data, names)}",
              f"- Progress: {progress}",

@@ -1,1 +1,1 @@
-"""Variation operators: LLM mutation / crossover / repair / summarizer and offline knob tuning."""
+"""Variation operators: LLM mutation / crossover / repair / summarizer and the offline operators (knob moves, structural rewrites)."""

@@ -1,4 +1,4 @@
-"""Mixing LLM and offline tuning operators in one population, and choosing between them.
+"""Mixing LLM and offline operators in one population, and choosing between them.
 
 `MixedOperators` sends each request to the LLM operators with probability `llm_fraction`
 (one draw of ctx.rng per request, in order, and no draw at all when the fraction is 0 or 1),
@@ -79,9 +79,9 @@ def resolve_kind(kind: str, base_url: str) -> tuple[str, str]:
     if kind == "llm":
         return "llm", "LLM operators (operators.kind = llm)"
     if kind == "tuning":
-        return "tuning", "offline knob-tuning operators (operators.kind = tuning)"
+        return "tuning", "offline operators (operators.kind = tuning)"
     if kind != "auto":
         raise ValueError(f"unknown operators.kind '{kind}' (known: auto, llm, tuning)")
     if base_url:
         return "llm", f"LLM operators (operators.kind = auto and llm.base_url = {base_url})"
-    return "tuning", "offline knob-tuning operators (operators.kind = auto and no llm.base_url)"
+    return "tuning", "offline operators (operators.kind = auto and no llm.base_url)"

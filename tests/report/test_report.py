@@ -171,6 +171,7 @@ def test_lineage_runs_from_the_baseline_to_the_best_kernel(reported):
         assert parent.id in child.parent_ids
         assert parent.generation <= child.generation
     assert {k.id for k in chain} <= {k.id for k in ancestors}
+    assert "- Operators: auto (offline: knobs found in the kernels and structural rewrites)" in text
     table = text.split("## Lineage of the best kernels")[1].split("### matmul")[0]
     assert re.findall(r"^\| \d+ \| `(\w+)` \|", table, re.M) == [k.id for k in chain]
     # what each operator did is in evaluations.jsonl, for kernels that left the population too
