@@ -152,11 +152,13 @@ class Engine:
             dims = frozenset(int(d) for a in problem.to_kernel_inputs(drawn) if isinstance(a, np.ndarray) for d in a.shape)
             self._inputs[problem.name] = (describe_kernel_inputs(problem, drawn), kernel_precision(problem, drawn), dims)
         inputs, floor, dims = self._inputs[problem.name]
+        state = self.states.get(problem.name)
         return Context(problem=problem.name, reference_source=problem.reference_source,
                        generation=self.generation + 1, rng=self.np_rng, lessons=self.memory.lessons(),
                        baseline_source=problem.baseline_source, inputs=inputs, precision=floor,
                        tolerance=self.cfg.evaluation.rel_tol or problem.output_tolerance(),
-                       machine=self._machine, dims=dims, tuning=self.cfg.operators.llm_fraction < 1.0,
+                       machine=self._machine, dims=dims, known=frozenset(state.known) if state else frozenset(),
+                       tuning=self.cfg.operators.llm_fraction < 1.0,
                        lesson_roles=self.memory.lesson_roles())
 
     @property

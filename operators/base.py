@@ -100,6 +100,9 @@ class Context:
     machine: Machine | None = None  # the target's figures (None: prompts name no numbers)
     # The dimensions of the kernel's array arguments (offline operators draw tile sizes from them).
     dims: frozenset[int] = frozenset()
+    # The ids (fitness.normalize.kernel_id) of the problem's kernels evaluated so far in the run:
+    # offline operators draw moves that give a kernel not tried yet where there is one.
+    known: frozenset[str] = frozenset()
     # Offline tuning operators take part (they vary `# tune:` knobs): only then do prompts ask
     # to keep the knob convention and every listed value correct.
     tuning: bool = True

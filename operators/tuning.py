@@ -16,12 +16,14 @@ from typing import Sequence
 
 import numpy as np
 
+from fitness.normalize import kernel_id
+
 from . import found_knobs, rewrites
 from .base import CROSSOVER, MUTATION, Child, Context, Operators, Parent, Request
 from .knobs import find_knobs, set_knobs
 
 DEFAULT_PARTITIONS = 128   # when the context names no target
-DRAWS = 4                  # crossover tries per request for a mix the same `vary` call has not made
+DRAWS = 4                  # crossover tries per request for a mix not tried yet
 
 
 def tune_mutation(source: str, rng: np.random.Generator) -> tuple[str, str] | None:
@@ -96,16 +98,20 @@ class Mutation:
 
 
 def mutate(source: str, ctx: Context, rng: np.random.Generator, settings: Mutation = Mutation(),
-           exclude: frozenset[str] | set[str] = frozenset()) -> tuple[str, str, str] | None:
-    """(child source, operator, note) of one mutation other than the sources in `exclude`, or
-    None when nothing (else) applies."""
+           exclude: frozenset[str] | set[str] = frozenset(),
+           known: frozenset[str] = frozenset()) -> tuple[str, str, str] | None:
+    """(child source, operator, note) of one mutation other than the sources in `exclude` and
+    the kernels whose id is in `known`, or None when nothing (else) applies."""
     partitions = ctx.machine.partitions if ctx.machine else DEFAULT_PARTITIONS
     knob_moves: list[tuple[str, str]] = [
         (set_knobs(source, {n: v}), f"{n}: {old} -> {v}") for n, old, v in declared_moves(source)]
     knob_moves += [(found_knobs.apply(source, m), m.note) for m in found_knobs.moves(source, ctx.dims, partitions)]
-    knob_moves = [(s, note) for s, note in knob_moves if s != source and s not in exclude]
+    def new(child: str) -> bool:
+        return child != source and child not in exclude and not (known and kernel_id(child) in known)
+
+    knob_moves = [(s, note) for s, note in knob_moves if new(s)]
     applied = rewrites.applications(source, settings.rewrites) if settings.rewrite_weight > 0 else {}
-    applied = {name: kept for name, apps in applied.items() if (kept := [a for a in apps if a.source not in exclude])}
+    applied = {name: kept for name, apps in applied.items() if (kept := [a for a in apps if new(a.source)])}
     kinds = [(w, kind) for w, kind, has in ((settings.knob_weight, "knob", knob_moves),
                                              (settings.rewrite_weight, "rewrite", applied)) if has and w > 0]
     if not kinds:
@@ -149,16 +155,22 @@ class TuningOperators(Operators):
     def _one(self, req: Request, ctx: Context, made: set[str]) -> tuple[str, str, str] | None:
         """(source, operator, note) of one child for the request that is none of `made` (the
         children of this call so far) where it can be, or None."""
+        def fresh(child: str) -> bool:
+            return child not in made and kernel_id(child) not in ctx.known
+
         if req.kind == CROSSOVER and len(req.parents) == 2:
             for _ in range(DRAWS):
                 crossed = region_crossover(req.parents[0].source, req.parents[1].source, ctx.rng)
-                if crossed is None or crossed[0] not in made:
+                if crossed is None or fresh(crossed[0]):
                     break
-            if crossed is not None and crossed[0] not in made:
+            if crossed is not None and fresh(crossed[0]):
                 return crossed[0], "tune_crossover", crossed[1]
-        # a mutation, or a crossover of parents too alike to mix (or whose mixes were made)
-        return (mutate(req.parents[0].source, ctx, ctx.rng, self.settings, made)
-                or mutate(req.parents[0].source, ctx, ctx.rng, self.settings))
+        # a mutation, or a crossover of parents too alike to mix (or whose mixes were all tried):
+        # a kernel not tried yet where there is one, else one this call has not made, else any
+        parent = req.parents[0].source
+        return (mutate(parent, ctx, ctx.rng, self.settings, made, ctx.known)
+                or mutate(parent, ctx, ctx.rng, self.settings, made)
+                or mutate(parent, ctx, ctx.rng, self.settings))
 
     @staticmethod
     def _vary_declared(requests: Sequence[Request], ctx: Context) -> list[list[Child]]:

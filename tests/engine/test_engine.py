@@ -91,7 +91,10 @@ def test_memory_records_improvements_with_rationales(tmp_path):
                        "memory.regress_threshold=1.01"), "r",
               progress=False, log=quiet, evaluator_factory=factory([]))
     entries = json.loads(RunFolder(tmp_path / "r").memory.read_text())["entries"]
-    assert 0 < len(entries) <= 3
+    # at most capacity, or more while the last generation's own admissions (never evicted) exceed
+    # their kind's share (memory.py): then only those are above it
+    last = max(e["generation"] for e in entries)
+    assert 0 < len(entries) <= 3 + 2 and len([e for e in entries if e["generation"] != last]) <= 3
     for e in entries:
         assert e["kind"] in ("improvement", "regression") and e["rationale"] and e["diff"].startswith("---")
         assert (e["speedup"] >= 1.01) if e["kind"] == "improvement" else (e["speedup"] <= 1 / 1.01)

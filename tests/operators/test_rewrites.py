@@ -201,3 +201,21 @@ def test_fuse_activation_reads_an_operand_as_the_statement_that_last_wrote_it():
     assert fuse_activation(source) == []     # 1 / (1 + 2 exp(-x)) is no sigmoid
     assert [a.note for a in fuse_activation(source.replace("    e = e * 2.0\n", ""))] == [
         "fused activation/add/reciprocal into one activation(sigmoid) on lines 4-6"]
+
+
+def test_mutations_draw_kernels_the_run_has_not_tried_while_there_are_any():
+    from fitness.normalize import kernel_id
+    from operators.base import MUTATION, Parent, Request
+    from operators.tuning import TuningOperators
+
+    source = (NKI_BASELINES / "silu.py").read_text()
+    ops = TuningOperators(Mutation(knob_weight=0, rewrites=("fuse_activation",)))
+    tried = {a.source for a in fuse_activation(source) if "silu)" in a.note}
+    for seed in range(6):
+        ctx = Context("silu", "", 1, np.random.default_rng(seed), dims=frozenset({256, 1024}),
+                      known=frozenset(kernel_id(s) for s in tried))
+        (child,) = ops.vary([Request(MUTATION, (Parent("p", source),))], ctx)[0]
+        assert child.source not in tried and "sigmoid" in child.note
+    ctx = Context("silu", "", 1, np.random.default_rng(0), dims=frozenset({256, 1024}),
+                  known=frozenset(kernel_id(a.source) for a in fuse_activation(source)))
+    assert ops.vary([Request(MUTATION, (Parent("p", source),))], ctx)[0][0].source   # all tried: still a child
