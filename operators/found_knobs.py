@@ -22,6 +22,7 @@ import numpy as np
 
 from .edits import Span, replace_spans
 from .knobs import find_knobs
+from .rewrites.program import call_name
 
 RANGES = {"range", "affine_range", "sequential_range", "static_range", "arange", "par_dim"}
 SHAPED = {"ndarray", "zeros", "ones", "full", "empty", "shared_constant", "broadcast_to", "reshape"}
@@ -63,13 +64,6 @@ class Move:
         return f"{what} ({where})"
 
 
-def _callee(node: ast.AST) -> str:
-    if isinstance(node, ast.Call):
-        f = node.func
-        return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
-    return ""
-
-
 def _is_int(node: ast.AST) -> bool:
     return isinstance(node, ast.Constant) and type(node.value) is int
 
@@ -92,7 +86,7 @@ class _Finder(ast.NodeVisitor):
         if isinstance(node, ast.Tuple):
             for e in node.elts:
                 self._take(e)
-                if isinstance(e, ast.Call) and _callee(e) == "par_dim":
+                if isinstance(e, ast.Call) and call_name(e) == "par_dim":
                     for a in e.args:
                         self._take(a)
 
@@ -108,7 +102,7 @@ class _Finder(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_Call(self, node: ast.Call) -> None:
-        name = _callee(node)
+        name = call_name(node)
         if name in RANGES:
             for a in node.args:
                 self._take(a)
@@ -126,7 +120,7 @@ class _Finder(ast.NodeVisitor):
 
     def visit_For(self, node: ast.For) -> None:
         it = node.iter
-        if (isinstance(node.target, ast.Name) and isinstance(it, ast.Call) and _callee(it) in RANGES
+        if (isinstance(node.target, ast.Name) and isinstance(it, ast.Call) and call_name(it) in RANGES
                 and len(it.args) == 1 and _is_int(it.args[0])):
             trip = it.args[0]
             self.trip_literals.add(id(trip))

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..edits import replace_statements
-from .program import (Applied, Instr, base_name, blocks, instr, kernel_functions, lines_of, names_written, parse_nki,
-                      text)
+from .program import (Applied, Instr, base_name, blocks, call_name, instr, kernel_functions, last_name, lines_of,
+                      names_written, parse_nki, text)
 
 UNARY = ("exp", "sigmoid", "tanh", "gelu", "silu", "relu", "log", "sqrt", "rsqrt", "square", "reciprocal")
 Term = tuple[Any, ...]
@@ -32,15 +32,6 @@ def _const(node: ast.AST) -> float | None:
     if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "type"
             and len(node.args) == 1):
         return _const(node.args[0])
-    return None
-
-
-def _op_name(node: ast.AST | None) -> str | None:
-    """`add` of `nl.add` / `np.add`, `exp` of `nl.exp`."""
-    if isinstance(node, ast.Attribute):
-        return node.attr
-    if isinstance(node, ast.Name):
-        return node.id
     return None
 
 
@@ -99,7 +90,7 @@ class _Reader:
             return None if node is None else self.operand(node, k, used, masks)
 
         if name == "activation":
-            fn = _op_name(ins.kw("op") or (ins.call.args[0] if ins.call.args else None))
+            fn = last_name(ins.kw("op") or (ins.call.args[0] if ins.call.args else None))
             data = ins.kw("data") if ins.kw("data") is not None else (ins.call.args[1] if len(ins.call.args) > 1 else None)
             if fn not in UNARY or data is None or ins.kw("reduce_op") is not None:
                 return None
@@ -124,7 +115,7 @@ class _Reader:
             a, b = opnd(0, "x"), opnd(1, "y")
             return None if a is None or b is None else _binary(name, a, b)
         if name == "tensor_tensor":
-            op = _op_name(ins.kw("op") if ins.kw("op") is not None else (ins.call.args[2] if len(ins.call.args) > 2 else None))
+            op = last_name(ins.kw("op") if ins.kw("op") is not None else (ins.call.args[2] if len(ins.call.args) > 2 else None))
             a, b = opnd(0, "data1"), opnd(1, "data2")
             return None if a is None or b is None or op not in ("add", "multiply", "divide") else _binary(op, a, b)
         if name == "tensor_scalar":
@@ -132,8 +123,8 @@ class _Reader:
             if x is None:
                 return None
             for n in ("0", "1"):
-                op = _op_name(ins.kw("op" + n))
-                if op is None:
+                op = last_name(ins.kw("op" + n))
+                if not op:
                     break
                 operand = ins.kw("operand" + n)
                 if operand is None or op not in ("add", "multiply"):   # commutative: reverse does not matter
@@ -208,7 +199,7 @@ def _references(fn: ast.FunctionDef, name: str) -> list[ast.stmt]:
 
 def _allocation(stmt: ast.stmt) -> bool:
     return (isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call)
-            and _op_name(stmt.value.func) in ("ndarray", "zeros", "empty"))
+            and call_name(stmt.value) in ("ndarray", "zeros", "empty"))
 
 
 def fuse_activation(source: str) -> list[Applied]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 
 from ..edits import move_statements
-from .program import Applied, instr, kernel_functions, lines_of, names_read, names_written, parse
+from .program import Applied, blocks, call_name, instr, kernel_functions, lines_of, names_read, names_written, parse
 
 LOOPS = {"range", "affine_range", "static_range"}    # sequential loops carry dependencies: left alone
 # Calls a hoisted statement may make: reads and pure computations (no stores, no allocations).
@@ -20,12 +20,8 @@ ALLOCATE = {"ndarray", "zeros", "empty"}
 
 
 def _loop_kind(node: ast.For) -> str | None:
-    it = node.iter
-    if isinstance(it, ast.Call):
-        f = it.func
-        name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
-        return name if name in LOOPS else None
-    return None
+    name = call_name(node.iter)
+    return name if name in LOOPS else None
 
 
 def _header(lines: list[str], loop: ast.For) -> str | None:
@@ -73,13 +69,7 @@ def interchange(source: str) -> list[Applied]:
 
 
 def _calls_pure(node: ast.AST) -> bool:
-    for sub in ast.walk(node):
-        if isinstance(sub, ast.Call):
-            f = sub.func
-            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
-            if name not in PURE:
-                return False
-    return True
+    return all(call_name(sub) in PURE for sub in ast.walk(node) if isinstance(sub, ast.Call))
 
 
 def _hoistable(loop: ast.For) -> list[ast.stmt]:
@@ -103,7 +93,7 @@ def _hoistable(loop: ast.For) -> list[ast.stmt]:
               and target not in read_so_far)
         if ok and isinstance(stmt, ast.Assign):
             value = stmt.value
-            is_alloc = isinstance(value, ast.Call) and _callee(value) in ALLOCATE
+            is_alloc = isinstance(value, ast.Call) and call_name(value) in ALLOCATE
             if is_alloc:
                 ok = _fills(body, i, target, blocked | {target}) and not (names_read(value) & blocked)
             else:
@@ -120,12 +110,7 @@ def _hoistable(loop: ast.For) -> list[ast.stmt]:
     # An allocation goes only with the instruction that fills it.
     filled = {_single_target(s) for s in hoisted if not isinstance(s, ast.Assign)}
     return [s for s in hoisted if not (isinstance(s, ast.Assign) and isinstance(s.value, ast.Call)
-                                       and _callee(s.value) in ALLOCATE and _single_target(s) not in filled)]
-
-
-def _callee(call: ast.Call) -> str:
-    f = call.func
-    return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+                                       and call_name(s.value) in ALLOCATE and _single_target(s) not in filled)]
 
 
 def _single_target(stmt: ast.stmt) -> str | None:
@@ -182,7 +167,7 @@ def merge_loops(source: str) -> list[Applied]:
     lines = source.splitlines(keepends=True)
     out = []
     for fn in kernel_functions(tree):
-        for block in _blocks_of(fn):
+        for block in blocks(fn):
             for a, b in zip(block, block[1:]):
                 if not (isinstance(a, ast.For) and isinstance(b, ast.For) and _loop_kind(a) and _loop_kind(b)
                         and ast.unparse(a.iter) == ast.unparse(b.iter) and isinstance(a.target, ast.Name)
@@ -225,7 +210,3 @@ def split_loop(source: str) -> list[Applied]:
                                                  f"(line {loop.lineno}) before line {second[0].lineno}"))
     return out
 
-
-def _blocks_of(fn: ast.FunctionDef) -> list[list[ast.stmt]]:
-    return [body for node in ast.walk(fn) for body in (getattr(node, "body", None), getattr(node, "orelse", None))
-            if isinstance(body, list) and body and isinstance(body[0], ast.stmt)]

@@ -55,6 +55,18 @@ class Instr:
         return value
 
 
+def last_name(node: ast.AST | None) -> str:
+    """`add` of `nl.add`, `x` of `x`; "" for any other expression."""
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return node.id if isinstance(node, ast.Name) else ""
+
+
+def call_name(node: ast.AST) -> str:
+    """The called function's last name (`affine_range` of `nl.affine_range(4)`); "" for a non-call."""
+    return last_name(node.func) if isinstance(node, ast.Call) else ""
+
+
 def text(node: ast.AST) -> str:
     return ast.unparse(node)
 
