@@ -106,24 +106,31 @@ def mutate(source: str, ctx: Context, rng: np.random.Generator, settings: Mutati
     knob_moves: list[tuple[str, str]] = [
         (set_knobs(source, {n: v}), f"{n}: {old} -> {v}") for n, old, v in declared_moves(source)]
     knob_moves += [(found_knobs.apply(source, m), m.note) for m in found_knobs.moves(source, ctx.dims, partitions)]
-    def new(child: str) -> bool:
-        return child != source and child not in exclude and not (known and kernel_id(child) in known)
-
-    knob_moves = [(s, note) for s, note in knob_moves if new(s)]
+    knob_moves = [(s, note) for s, note in knob_moves if s != source and s not in exclude]
     applied = rewrites.applications(source, settings.rewrites) if settings.rewrite_weight > 0 else {}
-    applied = {name: kept for name, apps in applied.items() if (kept := [a for a in apps if new(a.source)])}
-    kinds = [(w, kind) for w, kind, has in ((settings.knob_weight, "knob", knob_moves),
-                                             (settings.rewrite_weight, "rewrite", applied)) if has and w > 0]
-    if not kinds:
-        return None
-    weights = np.array([w for w, _ in kinds], dtype=float)
-    kind = kinds[int(rng.choice(len(kinds), p=weights / weights.sum()))][1]
-    if kind == "knob":
-        child, note = knob_moves[rng.integers(len(knob_moves))]
-        return child, "tune_mutation", note
-    name = sorted(applied)[rng.integers(len(applied))]
-    app = applied[name][rng.integers(len(applied[name]))]
-    return app.source, "rewrite_mutation", app.note
+    applied = {name: kept for name, apps in applied.items() if (kept := [a for a in apps if a.source not in exclude])}
+    # Draw, and draw again without a candidate that was tried already or does not parse: the
+    # checks cost more than the rewrites, so only drawn candidates pay them.
+    while True:
+        kinds = [(w, kind) for w, kind, has in ((settings.knob_weight, "knob", knob_moves),
+                                                 (settings.rewrite_weight, "rewrite", applied)) if has and w > 0]
+        if not kinds:
+            return None
+        weights = np.array([w for w, _ in kinds], dtype=float)
+        kind = kinds[int(rng.choice(len(kinds), p=weights / weights.sum()))][1]
+        if kind == "knob":
+            child, note = knob_moves.pop(rng.integers(len(knob_moves)))
+            made = (child, "tune_mutation", note)
+        else:
+            name = sorted(applied)[rng.integers(len(applied))]
+            app = applied[name].pop(rng.integers(len(applied[name])))
+            if not applied[name]:
+                del applied[name]
+            if not rewrites.parses(app):   # a rewrite's bug: never a child
+                continue
+            made = (app.source, "rewrite_mutation", app.note)
+        if not (known and kernel_id(made[0]) in known):
+            return made
 
 
 class TuningOperators(Operators):

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from typing import Callable
 
-import numpy as np
-
 from .engines import move_engine
 from .fuse import fuse_activation
 from .loops import hoist_invariants, interchange, merge_loops, split_loop
@@ -25,24 +23,19 @@ REWRITES: dict[str, Callable[[str], list[Applied]]] = {
 
 
 def applications(source: str, names: tuple[str, ...] | None = None) -> dict[str, list[Applied]]:
-    """The applications of each rewrite of `names` (default: all) that give a new, parseable
-    source; rewrites that decline are left out."""
+    """The applications of each rewrite of `names` (default: all) that change the source;
+    rewrites that decline are left out. (Whether a result parses is checked for the one drawn:
+    `parses`; parsing every application costs more than the rewrites themselves.)"""
     out = {}
     for name in names if names is not None else tuple(REWRITES):
-        apps = [a for a in REWRITES[name](source) if a.source != source and parse(a.source) is not None]
+        apps = [a for a in REWRITES[name](source) if a.source != source]
         if apps:
             out[name] = apps
     return out
 
 
-def random_rewrite(source: str, rng: np.random.Generator, names: tuple[str, ...] | None = None) -> Applied | None:
-    """One application: a rewrite drawn uniformly among those that apply, then one of its
-    applications uniformly; None when none applies."""
-    apps = applications(source, names)
-    if not apps:
-        return None
-    chosen = sorted(apps)[rng.integers(len(apps))]
-    return apps[chosen][rng.integers(len(apps[chosen]))]
+def parses(app: Applied) -> bool:
+    return parse(app.source) is not None
 
 
-__all__ = ["Applied", "REWRITES", "applications", "random_rewrite"]
+__all__ = ["Applied", "REWRITES", "applications", "parses"]
