@@ -33,6 +33,7 @@ from operators.llm.settings import problems as llm_problems
 from operators.rewrites import REWRITES
 from operators.tuning import DECLARED_KNOBS, OFFLINE_MODES, Mutation
 
+from .cascade import CASCADES, ENTRANTS, EXCLUDED, FULL, INCORRECT_RULES, LATENCY_FIRST
 from .errors import UserError
 from .memory import BALANCED as MEMORY_DEFAULT_POLICY
 from .memory import POLICIES as MEMORY_POLICIES
@@ -54,9 +55,10 @@ LATER_DEFAULTS = {"run.dialect": "auto", "run.mode": "generational", "run.max_in
                   "run.functions": [], "problem": {},
                   "operators.offline": DECLARED_KNOBS, "operators.knob_weight": Mutation.knob_weight,
                   "operators.rewrite_weight": Mutation.rewrite_weight, "operators.rewrites": list(Mutation.rewrites),
+                  "evaluation.cascade": FULL, "selection.incorrect": EXCLUDED,
                   **LLM_LATER_DEFAULTS}
 # What a run folder written before a setting existed ran with (resumed as it ran).
-EARLIER_RELEASES = {"operators.offline": DECLARED_KNOBS}
+EARLIER_RELEASES = {"operators.offline": DECLARED_KNOBS, "evaluation.cascade": FULL, "selection.incorrect": EXCLUDED}
 
 
 @dataclass
@@ -101,6 +103,11 @@ class SelectionSection:
     # (AccelOpt): every survivor is expanded by one mutation, the best child of each plan (its
     # parent when none is valid) competes, and the best `population.size` form the next beam.
     survivors: str = MU_PLUS_LAMBDA
+    # Children that fail correctness (or whose correctness was not needed) in survivor
+    # tournaments: "entrants" (drawn like any other and never winning, so a tournament is decided
+    # without judging the children that cannot win it) | "excluded" (only correct children are
+    # drawn, as in earlier releases: every child must be judged).
+    incorrect: str = ENTRANTS
 
 
 @dataclass
@@ -204,6 +211,11 @@ class EvaluationSection(_section("_EvalFields", EvalSettings, "", skip=("heldout
     # "secret": held-out seeds drawn from the operating system's randomness per run (recorded in
     # the run folder's heldout.json, reused on resume); "derived": from run.seed (exact reruns).
     heldout: str = "secret"
+    # "latency_first": a generation's children are timed from their shape-only trace first and
+    # judged in full, fastest first, only where their correctness decides the survivors, the hall
+    # of fame or the memory (the rest are recorded as not_judged); "full": every child is judged.
+    # Both give the same survivors. Simulator only (hardware measures by running); see cascade.py.
+    cascade: str = LATENCY_FIRST
 
 
 @dataclass
@@ -357,6 +369,7 @@ def _check(cfg: Config) -> Config:
     need(s.tournament_size >= 1, "selection.tournament_size", "must be >= 1")
     need(1.0 <= s.parsimony_size <= 2.0, "selection.parsimony_size", "must be in [1, 2]")
     need(s.survivors in SURVIVOR_RULES, "selection.survivors", f"must be one of {', '.join(SURVIVOR_RULES)}")
+    need(s.incorrect in INCORRECT_RULES, "selection.incorrect", f"must be one of {', '.join(INCORRECT_RULES)}")
     need(s.survivors != BEAM_PER_PLAN or cfg.run.mode == "generational", "run.mode",
          "must be \"generational\" with selection.survivors = \"beam_per_plan\" (a beam is chosen among a "
          "whole generation)")
@@ -400,6 +413,7 @@ def _check(cfg: Config) -> Config:
     need(bool(e.seeds), "evaluation.seeds", "must list at least one seed")
     need(e.heldout_seeds >= 0, "evaluation.heldout_seeds", "must be >= 0")
     need(e.heldout in HELDOUT_MODES, "evaluation.heldout", f"must be one of {', '.join(HELDOUT_MODES)}")
+    need(e.cascade in CASCADES, "evaluation.cascade", f"must be one of {', '.join(CASCADES)}")
     need(e.rel_tol >= 0, "evaluation.rel_tol", "must be >= 0 (0 = the problem's tolerance)")
     need(e.timeout_s > 0, "evaluation.timeout_s", "must be > 0")
     need(e.memory_limit_mb >= 256, "evaluation.memory_limit_mb", "must be >= 256")

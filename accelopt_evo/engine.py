@@ -24,17 +24,19 @@ from deap import base, tools
 
 from fitness import precision
 from fitness.normalize import kernel_id
-from fitness.result import MODEL_ERROR, EvalResult
+from fitness.result import MODEL_ERROR, NOT_JUDGED, EvalResult
 from fitness.simulator.perf.hardware import hardware
 from nkibench.problem import Problem
 from operators.diff import kernel_diff
 from operators.base import CROSSOVER, MUTATION, Child, Context, Machine, Operators, Parent, Request
 
+from . import cascade
+from .cascade import ENTRANTS, FULL, LATENCY_FIRST, Verdicts
 from .config import BEAM_PER_PLAN, Config
 from .individual import KernelRecord, ProblemState, kernel_from_meta, new_kernel
 from .memory import Candidate, OptimizationMemory
 from .records import Checkpoint, EvaluationLine, ProblemInfo
-from .selection import Plans, select_distinct, selection_operator
+from .selection import Plans, select_distinct, selection_operator, survivors, update_hall_of_fame
 
 HALL_OF_FAME_SIZE = 10
 
@@ -66,8 +68,9 @@ class GenerationReport:
         dup = f", {e['duplicates']} already known" if e.get("duplicates") else ""
         bad = (f", {e['model_errors']} estimate(s) below the roofline bound (model errors, not selected)"
                if e.get("model_errors") else "")
+        unjudged = f", {e['not_judged']} timed but not judged" if e.get("not_judged") else ""
         return (f"gen {self.generation:>3} {self.problem}: best speedup {e['best_speedup']:.3f}x, {pct}, "
-                f"{e['valid']} new valid of {e['offspring']} offspring{dup}{bad}")
+                f"{e['valid']} new valid of {e['offspring']} offspring{dup}{unjudged}{bad}")
 
 
 def parent_view(ind: KernelRecord) -> Parent:
@@ -207,24 +210,47 @@ class Engine:
             i += 2
         return requests
 
+    @property
+    def latency_first(self) -> bool:
+        """Whether children are timed first and judged where it decides (cascade.py): the
+        setting, on an evaluator that can time a kernel without running it."""
+        return self.cfg.evaluation.cascade == LATENCY_FIRST and getattr(self.evaluator, "traces", False)
+
     def _evaluate(self, state: ProblemState, candidates: list[KernelRecord], label: str,
                   generation: int) -> list[EvaluationLine]:
-        """Evaluate candidates not evaluated before in this run; reuse known results."""
-        fresh = [c for c in candidates if c.id not in state.known]
-        results = self.toolbox.evaluate(state.spec, [c.source for c in fresh], progress=self.progress and label) if fresh else []
-        for c, r in zip(fresh, results):
-            state.known[c.id] = r
-        fresh_ids = {c.id for c in fresh}
-        return [self._judged(state, c, state.known[c.id], generation, c.id not in fresh_ids) for c in candidates]
+        """Judge candidates in full, reusing known results; their log lines."""
+        fresh = self._judge(state, candidates, label)
+        return [self._line(state, c, generation, c.id not in fresh) for c in candidates]
+
+    def _judge(self, state: ProblemState, candidates: Sequence[KernelRecord], label: str,
+               stage: str = FULL) -> set[str]:
+        """Give every candidate its result: known results are reused (a not_judged one only by
+        the latency stage), the others are evaluated now, in full or (`stage` LATENCY_FIRST) up
+        to their latency (Evaluator.latencies). The ids evaluated now."""
+        def needed(c: KernelRecord) -> bool:
+            known = state.known.get(c.id)
+            return known is None or (stage == FULL and known.status == NOT_JUDGED)
+
+        fresh = list({c.id: c for c in candidates if needed(c)}.values())
+        if fresh:
+            evaluate = self.evaluator.latencies if stage == LATENCY_FIRST else self.toolbox.evaluate
+            for c, r in zip(fresh, evaluate(state.spec, [c.source for c in fresh], progress=self.progress and label)):
+                state.known[c.id] = r
+        for c in candidates:
+            self._give(c, state.known[c.id])
+        return {c.id for c in fresh}
 
     @staticmethod
-    def _judged(state: ProblemState, c: KernelRecord, result: EvalResult, generation: int,
-                reused: bool) -> EvaluationLine:
-        """Give `c` its result (and its fitness when valid); the evaluation's log line."""
+    def _give(c: KernelRecord, result: EvalResult) -> None:
+        """Give `c` its result, and its fitness when valid."""
         c.result = result
         if c.valid:
             c.fitness.values = (float(result.speedup),)
-        return EvaluationLine(generation, state.spec.name, c.id, c.operator, c.parent_ids, reused, result, c.note)
+
+    @staticmethod
+    def _line(state: ProblemState, c: KernelRecord, generation: int, reused: bool) -> EvaluationLine:
+        """The log line of `c`'s evaluation as it stands."""
+        return EvaluationLine(generation, state.spec.name, c.id, c.operator, c.parent_ids, reused, c.result, c.note)
 
     def _make(self, child: Child, generation: int) -> KernelRecord:
         return new_kernel(child.source, kernel_id(child.source), parent_ids=child.parent_ids,
@@ -295,9 +321,11 @@ class Engine:
         produced = {ind.id: ind.source for ind in [*extra, *offspring]}
         duplicates = sum(1 for c in children if c.source is not None) - len(offspring)
         label = f"gen {generation} {problem.name}"
-        evaluations = evaluations + self._evaluate(state, offspring, label, generation)
+        stage = LATENCY_FIRST if self.latency_first else FULL
+        evaluated = list(offspring)                       # the kernels of this generation before repairs
+        fresh = self._judge(state, offspring, label, stage)
 
-        repaired = 0
+        repairs: list[KernelRecord] = []
         for _attempt in range(self.cfg.variation.repair_attempts):
             broken = [ind for ind in offspring if ind.repairable]
             if not broken:
@@ -311,40 +339,70 @@ class Engine:
                     fixed.append((ind, new))
             if not fixed:
                 break
-            evaluations += self._evaluate(state, [new for _, new in fixed], f"{label} repair", generation)
+            fresh |= self._judge(state, [new for _, new in fixed], f"{label} repair", stage)
+            repairs += [new for _, new in fixed]
             for old, new in fixed:
                 offspring[offspring.index(old)] = new
                 plans.repaired(old.id, new.id)
-                repaired += new.valid
 
-        valid = [ind for ind in offspring if ind.valid]
-        self._update_memory(problem, valid, parents, ctx, generation)
-        if self.beam:
-            self._next_beam(state, valid, plans)
-        else:
-            self._survive(state, valid)
-        counts = {"offspring": len(children), "valid": len(valid), "duplicates": duplicates,
-                  "failed_ops": failed_ops, "repaired": repaired}
+        entrants = cascade.entrants(offspring)
+        verdicts = Verdicts(lambda kernels: fresh.update(self._judge(state, kernels, f"{label} judged")),
+                            entrants, self.cfg.evaluation.workers)
+        verdicts.foresee(lambda valid: self._rehearse(state, problem, entrants, parents, plans, valid))
+        lessons, state.population = self._decide(state, problem, entrants, parents, plans, verdicts.valid,
+                                                  state.hall_of_fame)
+        if lessons:
+            self._remember(lessons, self.operators.summarize([view for _, view in lessons], ctx), generation)
+        evaluations = evaluations + [self._line(state, c, generation, c.id not in fresh) for c in evaluated + repairs]
+        repaired = sum(1 for ind in repairs if ind.valid)
+        counts = {"offspring": len(children), "valid": sum(1 for ind in offspring if ind.valid),
+                  "duplicates": duplicates, "failed_ops": failed_ops, "repaired": repaired}
         return self._record_generation(state, problem.name, generation, counts, evaluations, produced, started)
 
-    def _survive(self, state: ProblemState, newcomers: Sequence[KernelRecord]) -> None:
-        """Survivor selection over the population and `newcomers` (all valid): the best
-        `population.elitism` stay, the rest of `population.size` is selected; hall of fame.
-        A generation passes all its valid offspring (mu + lambda); the asynchronous loop one
-        child at a time (mu + 1)."""
-        pool = state.population + list(newcomers)
-        size = self.cfg.population.size
+    def _decide(self, state: ProblemState, problem: Problem, entrants: list[KernelRecord],
+                parents: dict[str, KernelRecord], plans: Plans, valid: Callable[[KernelRecord], bool],
+                hall_of_fame: Any) -> tuple[list[tuple[Candidate, tuple[Parent, Parent, float]]], list[KernelRecord]]:
+        """A generation's decisions over its traced children, `valid` asked only where it
+        decides (cascade.py): the memory's lessons, the next population (survivors or AccelOpt's
+        beam) and the hall of fame (updated in place). Draws from the engine's py_rng."""
+        lessons = self._lessons(problem, entrants, parents, valid)
+        if self.beam:
+            kernels = {ind.id: ind for ind in state.population + entrants}   # a sample equal to its parent counts as it
+            population = plans.beam(state.population, kernels, self.cfg.population.size, valid, cascade.quickness)
+        else:
+            population = self._survivors(state, entrants, valid)
+        update_hall_of_fame(hall_of_fame, state.population + entrants, valid, cascade.quickness)
+        return lessons, population
+
+    def _rehearse(self, state: ProblemState, problem: Problem, entrants: list[KernelRecord],
+                  parents: dict[str, KernelRecord], plans: Plans, valid: Callable[[KernelRecord], bool]) -> None:
+        """`_decide` without its effects: the random state is restored, the hall of fame copied."""
+        saved = self.py_rng.getstate()
+        hof = tools.HallOfFame(HALL_OF_FAME_SIZE, similar=state.hall_of_fame.similar)
+        hof.items, hof.keys = list(state.hall_of_fame.items), list(state.hall_of_fame.keys)
+        try:
+            self._decide(state, problem, entrants, parents, plans, valid, hof)
+        finally:
+            self.py_rng.setstate(saved)
+
+    def _survivors(self, state: ProblemState, newcomers: Sequence[KernelRecord],
+                   valid: Callable[[KernelRecord], bool]) -> list[KernelRecord]:
+        """Survivor selection over the population and `newcomers` (`valid` says which are
+        valid): the best `population.elitism` stay, the rest of `population.size` is selected."""
+        size, sel = self.cfg.population.size, self.cfg.selection
+        if sel.incorrect == ENTRANTS and sel.method in ("best", "tournament"):
+            return survivors(state.population + list(newcomers), size, self.cfg.population.elitism, sel.method,
+                             sel.tournament_size, self.py_rng, valid, cascade.quickness)
+        pool = state.population + [ind for ind in newcomers if valid(ind)]   # every verdict decides
         elites = tools.selBest(pool, min(self.cfg.population.elitism, len(pool)))
         rest = [ind for ind in pool if all(ind is not e for e in elites)]
-        state.population = elites + select_distinct(self.toolbox.select, rest, size - len(elites))
-        state.hall_of_fame.update(pool)
+        return elites + select_distinct(self.toolbox.select, rest, size - len(elites))
 
-    def _next_beam(self, state: ProblemState, newcomers: Sequence[KernelRecord], plans: Plans) -> None:
-        """AccelOpt's survivors: the best `population.size` of each plan's best valid child (its
-        parent standing in for a plan with none), chosen among the children only; hall of fame."""
+    def _survive(self, state: ProblemState, newcomers: Sequence[KernelRecord]) -> None:
+        """mu + 1 for the asynchronous loop: survivors among the population and `newcomers`
+        (valid, judged), and the hall of fame."""
         pool = state.population + list(newcomers)
-        valid = {ind.id: ind for ind in pool if ind.valid}   # a sample equal to its parent counts as it
-        state.population = plans.beam(state.population, valid, self.cfg.population.size)
+        state.population = self._survivors(state, newcomers, lambda ind: ind.valid)
         state.hall_of_fame.update(pool)
 
     def _record_generation(self, state: ProblemState, problem: str, generation: int, counts: dict[str, int],
@@ -373,6 +431,9 @@ class Engine:
         model_errors = sum(1 for e in evaluations if not e.reused and e.result.status == MODEL_ERROR)
         if model_errors:   # only then, so that the logbooks of earlier runs read as they were written
             entry["model_errors"] = model_errors
+        not_judged = sum(1 for e in evaluations if e.result.status == NOT_JUDGED)
+        if not_judged:     # children timed whose correctness decided nothing (cascade.py)
+            entry["not_judged"] = not_judged
         state.logbook.record(**entry)
         return GenerationReport(generation, problem, entry, evaluations, produced)
 
@@ -380,28 +441,22 @@ class Engine:
     def _as_child(ind: KernelRecord) -> Child:
         return Child(ind.source, ind.operator, ind.parent_ids, note=ind.note)
 
-    def _update_memory(self, problem: Problem, valid: list[KernelRecord], by_id: dict[str, KernelRecord],
-                       ctx: Context, generation: int) -> None:
-        """Improving and regressing (parent, child) pairs of `valid` children (parents looked
-        up in `by_id`) go to the summarizer and, with their rationales, into the memory."""
-        lessons = self._lessons(problem, valid, by_id)
-        if lessons:
-            self._remember(lessons, self.operators.summarize([view for _, view in lessons], ctx), generation)
-
-    def _lessons(self, problem: Problem, valid: list[KernelRecord],
-                 by_id: dict[str, KernelRecord]) -> list[tuple[Candidate, tuple[Parent, Parent, float]]]:
+    def _lessons(self, problem: Problem, children: list[KernelRecord], by_id: dict[str, KernelRecord],
+                 valid: Callable[[KernelRecord], bool] = lambda ind: ind.valid,
+                 ) -> list[tuple[Candidate, tuple[Parent, Parent, float]]]:
         """The pairs the memory admits, each with what the summarizer is shown of it."""
         candidates, pairs = [], {}
-        for child in valid:
+        for child in children:
             parents = [by_id[p] for p in child.parent_ids if p in by_id and by_id[p].valid]
-            if not parents:
+            if not parents or child.result.speedup is None:   # no speedup: never valid
                 continue
             parent = max(parents, key=lambda p: p.result.speedup)
             ratio = child.result.speedup / parent.result.speedup
             cand = Candidate(problem.name, parent.id, child.id, ratio, child.operator)
             candidates.append(cand)
             pairs[(parent.id, child.id)] = (parent, child)
-        return [(c, self._summarized(c, *pairs[(c.parent_id, c.child_id)])) for c in self.memory.select(candidates)]
+        chosen = self.memory.select(candidates, lambda c: valid(pairs[(c.parent_id, c.child_id)][1]))
+        return [(c, self._summarized(c, *pairs[(c.parent_id, c.child_id)])) for c in chosen]
 
     def _summarized(self, cand: Candidate, parent: KernelRecord, child: KernelRecord) -> tuple[Parent, Parent, float]:
         """The (before, after, speedup) the summarizer is asked about: parent -> child, or child ->

@@ -12,7 +12,7 @@ from typing import Any
 from deap import base, creator
 
 from fitness.normalize import normalize_source
-from fitness.result import MODEL_ERROR, EvalResult
+from fitness.result import MODEL_ERROR, NOT_JUDGED, EvalResult
 
 from .records import KernelMeta
 
@@ -38,8 +38,8 @@ class KernelRecord:
     @property
     def repairable(self) -> bool:
         """Failed by its own fault: a model error (an estimate below the roofline bound) is the
-        performance model's, and a repair has nothing to fix."""
-        return not self.valid and (self.result is None or self.result.status != MODEL_ERROR)
+        performance model's, and a repair has nothing to fix; a kernel not judged has not failed."""
+        return not self.valid and (self.result is None or self.result.status not in (MODEL_ERROR, NOT_JUDGED))
 
     def meta(self) -> KernelMeta:
         """Everything but the source (kept in kernels/<id>.py) for checkpoints."""

@@ -46,13 +46,14 @@ import hashlib
 import math
 import operator
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from operators.base import Lesson
 
+from .cascade import first_valid
 from .records import MemoryEntry, read_memory_file
 
 IMPROVEMENT = "improvement"
@@ -184,14 +185,20 @@ class OptimizationMemory:
         if self.policy not in POLICIES:
             raise ValueError(f"unknown memory policy {self.policy!r} (one of {', '.join(POLICIES)})")
 
-    def select(self, candidates: Iterable[Candidate]) -> list[Candidate]:
-        """The pairs of one problem's generation worth a rationale, in admission order."""
+    def select(self, candidates: Iterable[Candidate],
+               valid: Callable[[Candidate], bool] = lambda c: True) -> list[Candidate]:
+        """The pairs of one problem's generation worth a rationale, in admission order. Only
+        pairs whose child is `valid` qualify; `valid` is asked in rank order and only until the
+        generation's slots are decided (cascade.py)."""
         if self.capacity == 0:
             return []      # a memory that keeps nothing pays for no rationale
         known = {(e.parent_id, e.child_id) for e in self.entries}
         fresh = [c for c in candidates if (c.parent_id, c.child_id) not in known]
         rules = ADMISSION[self.policy]
         better, worse = ranked(fresh, self.improve_threshold, self.regress_threshold, rules.strict)
+        # slots() needs no more than per_generation of either kind
+        better = first_valid(better, valid, self.per_generation)
+        worse = first_valid(worse, valid, self.per_generation)
         take_better, take_worse = slots(rules, len(better), len(worse), self.per_generation)
         return better[:take_better] + worse[:take_worse]
 

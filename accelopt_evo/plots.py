@@ -26,6 +26,7 @@ STATUS_COLORS = {
     "memory_exceeded": "#e377c2",
     "crashed": "#7f7f7f",
     "model_error": "#17becf",
+    "not_judged": "#dbdb8d",
     "operator failed": "#c7c7c7",
 }
 

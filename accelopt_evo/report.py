@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
-from fitness.result import STATUSES
+from fitness.result import NOT_JUDGED, STATUSES
 from nkibench import paper
 from operators.tuning import DECLARED_KNOBS
 
@@ -620,6 +620,10 @@ def _evaluations(data: RunData, plots: Plots) -> list[str]:
     gen_seconds = sum(e.get("seconds") or 0.0 for e in _logbook_entries(data))
     if gen_seconds:
         lines[-1] += f" Checkpointed generations took {gen_seconds:.1f} s of wall time."
+    if counts[NOT_JUDGED]:
+        lines[-1] += (f" {counts[NOT_JUDGED]} of them were timed from their shape-only trace and never judged for "
+                      "correctness, which decided nothing (not_judged: never selected, never a memory lesson; "
+                      "evaluation.cascade = \"latency_first\").")
     lines.append("")
     lines += plots.embed("outcomes_by_generation", "outcomes per generation")
     lines += plots.embed("outcomes_by_operator", "outcomes per operator")

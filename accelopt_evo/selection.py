@@ -16,6 +16,8 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from deap import tools
 
+from .cascade import first_valid
+
 
 @contextlib.contextmanager
 def using_rng(rng: random.Random) -> Iterator[None]:
@@ -57,6 +59,58 @@ def selection_operator(selection: Any, rng: random.Random) -> Callable[..., list
     raise ValueError(f"unknown selection method {method!r}")
 
 
+def survivors(pool: Sequence[Any], size: int, elitism: int, method: str, tournament_size: int,
+              rng: random.Random, valid: Callable[[Any], bool], key: Callable[[Any], float]) -> list[Any]:
+    """(mu + lambda) survivors of `pool` under `selection.incorrect = "entrants"`, asking
+    `valid` only where a verdict decides: the `elitism` fastest valid kernels (by `key`), then
+    `size - elitism` distinct ones chosen one at a time, by `method` "best" (the fastest valid
+    left) or "tournament": `tournament_size` entrants drawn with replacement as DEAP's
+    selTournament draws them, the winner the fastest valid among them; a tournament of no valid
+    entrant is drawn again without them. With every kernel valid this is DEAP's selBest and
+    select_distinct(selTournament), draw for draw."""
+    ranked = sorted(pool, key=key, reverse=True)    # stable: DEAP's selBest order
+    elites = first_valid(ranked, valid, elitism)
+    rest = [ind for ind in pool if all(ind is not e for e in elites)]
+    chosen: list[Any] = []
+    while rest and len(chosen) < size - len(elites):
+        if method == "best":
+            pick = next(iter(first_valid(sorted(rest, key=key, reverse=True), valid, 1)), None)
+        else:
+            pick = _tournament(rest, tournament_size, rng, valid, key)
+        if pick is None:
+            break
+        chosen.append(pick)
+        rest.remove(pick)
+    return elites + chosen
+
+
+def _tournament(entrants: list, size: int, rng: random.Random, valid: Callable[[Any], bool],
+                key: Callable[[Any], float]) -> Any | None:
+    """The fastest valid of `size` entrants drawn with replacement; entrants found invalid in a
+    tournament without a valid one leave `entrants` (in place) before the next draw."""
+    while entrants:
+        with using_rng(rng):
+            aspirants = [random.choice(entrants) for _ in range(size)]
+        for aspirant in sorted(aspirants, key=key, reverse=True):   # max() keeps the first of equals
+            if valid(aspirant):
+                return aspirant
+        for loser in {id(a): a for a in aspirants}.values():
+            entrants.remove(loser)
+    return None
+
+
+def update_hall_of_fame(hall_of_fame: Any, pool: Sequence[Any], valid: Callable[[Any], bool],
+                        key: Callable[[Any], float]) -> None:
+    """`hall_of_fame.update` with the valid kernels of `pool`, in order, asking `valid` only of
+    a kernel that could enter (the hall is not full, or it beats the last member)."""
+    for ind in pool:
+        full = len(hall_of_fame) >= hall_of_fame.maxsize
+        if full and key(ind) <= key(hall_of_fame[-1]):
+            continue
+        if valid(ind):
+            hall_of_fame.update([ind])
+
+
 def select_distinct(select: Callable[..., list], individuals: list, k: int) -> list:
     """`k` distinct individuals chosen one at a time with `select` (survivor selection)."""
     pool = list(individuals)
@@ -89,13 +143,25 @@ class Plans:
             if old_id in ids:
                 ids.append(new_id)
 
-    def beam(self, parents: Sequence[Any], valid: Mapping[str, Any], size: int) -> list[Any]:
-        """AccelOpt's next beam from the plans made for `parents` (`valid`: the valid kernels by
-        id): each plan's fittest valid sample, or its parent when it has none (as does a parent
-        that got no plan at all), then `beam_per_plan`."""
+    def beam(self, parents: Sequence[Any], kernels: Mapping[str, Any], size: int,
+             valid: Callable[[Any], bool] = lambda ind: True,
+             key: Callable[[Any], float] = lambda ind: ind.fitness.values[0]) -> list[Any]:
+        """AccelOpt's next beam from the plans made for `parents` (`kernels`: the kernels that
+        may stand for a sample, by id; `valid` says which are valid): each plan's fittest valid
+        sample, or its parent when it has none (as does a parent that got no plan at all), then
+        `beam_per_plan`. Samples are asked about fastest first (`key`), across plans, until
+        `size` distinct plan bests are known: the plans still open then cannot reach the beam."""
         by_id = {p.id: p for p in parents}
-        groups = [(by_id[parent], [valid[k] for k in self.samples[plan] if k in valid])
-                  for plan, parent in self.parent.items() if parent in by_id]
+        plans = [(plan, by_id[parent]) for plan, parent in self.parent.items() if parent in by_id]
+        asked = sorted(((kernels[k], plan) for plan, _ in plans for k in self.samples[plan] if k in kernels),
+                       key=lambda pair: key(pair[0]), reverse=True)
+        best: dict[str, Any] = {}
+        for kernel, plan in asked:
+            if len({k.id for k in best.values()}) >= size:
+                break
+            if plan not in best and valid(kernel):
+                best[plan] = kernel
+        groups = [(parent, [best[plan]] if plan in best else []) for plan, parent in plans]
         planned = set(self.parent.values())
         groups += [(p, []) for p in parents if p.id not in planned]
         return beam_per_plan(groups, size)

@@ -42,6 +42,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from fitness.result import NOT_JUDGED
 from operators.base import Child, Context
 
 from .engine import Engine, GenerationReport
@@ -225,8 +226,9 @@ class AsyncEvolution:
         item.produced[record.id] = record.source
         state = self.engine.states[item.slot.problem]
         known = state.known.get(record.id)
-        if known is not None:
-            item.lines.append(self.engine._judged(state, record, known, self.engine.generation + 1, True))
+        if known is not None and known.status != NOT_JUDGED:
+            self.engine._give(record, known)
+            item.lines.append(self.engine._line(state, record, self.engine.generation + 1, True))
             self._evaluated(item, record)
             return
         future = self.engine.evaluator.submit(state.spec, record.source)
@@ -234,7 +236,8 @@ class AsyncEvolution:
 
     def _judged(self, item: _Child, record: KernelRecord, result: Any) -> None:
         state = self.engine.states[item.slot.problem]
-        item.lines.append(self.engine._judged(state, record, result, self.engine.generation + 1, False))
+        self.engine._give(record, result)
+        item.lines.append(self.engine._line(state, record, self.engine.generation + 1, False))
         item.fresh.append(record)
         self._evaluated(item, record)
 

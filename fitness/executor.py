@@ -118,7 +118,7 @@ class RayEvaluator(service.Evaluator):
         resource = "neuron_cores" if self.backend == "trainium" else "CPU"
         return max(1, int(self._ray.cluster_resources().get(resource, 0)) or workers)
 
-    def _job(self, spec: ProblemSpec, source: str) -> dict[str, Any]:
+    def _job(self, spec: ProblemSpec, source: str, stage: str = service.FULL) -> dict[str, Any]:
         """What a task needs to evaluate `source` (the reference files as an object ref in a
         list, so that Ray hands it over unresolved: a node that has them unpacked never fetches them)."""
         digest, cases, files = self._references(spec)
@@ -126,11 +126,11 @@ class RayEvaluator(service.Evaluator):
                 "target": self.target, "host": self._host, "options": self._worker_options(),
                 "references": [self._token, digest, cases, [files]], "version": self._version,
                 "artifacts": self.run_dir is not None, "board": self._progress_board(),
-                "label": service.kernel_id(source)[:8]}
+                "label": service.kernel_id(source)[:8], "stage": stage}
 
-    def _compute(self, spec: ProblemSpec, source: str) -> EvalResult:
+    def _compute(self, spec: ProblemSpec, source: str, stage: str = service.FULL) -> EvalResult:
         ray = self._ray
-        ref = self._task.remote(self._job(spec, source))
+        ref = self._task.remote(self._job(spec, source, stage))
         key = ref.task_id().hex()    # the task's id, also that of its retry (the progress board's key)
         with self._lock:
             self._pending[key] = ref
@@ -421,7 +421,7 @@ def _judge(job: dict[str, Any], name: str, artifacts: dict[str, bytes]) -> EvalR
 
         token, digest, cases, holder = job["references"]
         result = service.judge_cases(spec, source, lambda: node_cases(token, digest, cases, holder), job["settings"],
-                                     launcher, running=running, keep=keep)
+                                     launcher, running=running, keep=keep, stage=job.get("stage", service.FULL))
     result.dialect = dialect
     return result
 

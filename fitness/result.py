@@ -19,8 +19,11 @@ CRASHED = "crashed"                # the worker died (signal, internal error)
 # Correct, but the simulator's estimate is below the problem's roofline bound: the model
 # priced the kernel at less than the work no correct kernel avoids (never selectable).
 MODEL_ERROR = "model_error"
+# Traced and timed (latency, profile and speedup are known), correctness never computed: a
+# search's cascade did not need it (never selectable, never a memory lesson).
+NOT_JUDGED = "not_judged"
 
-STATUSES = (OK, REJECTED, COMPILE_ERROR, INCORRECT, TIMEOUT, MEMORY_EXCEEDED, CRASHED, MODEL_ERROR)
+STATUSES = (OK, REJECTED, COMPILE_ERROR, INCORRECT, TIMEOUT, MEMORY_EXCEEDED, CRASHED, MODEL_ERROR, NOT_JUDGED)
 # Where an evaluation ran: evaluations.jsonl records it; cache entries and checkpoints leave it
 # out, so that they do not depend on the executor (local or Ray) or on the machine.
 PLACEMENT = ("worker", "host")
@@ -59,6 +62,12 @@ class EvalResult:
     @property
     def ok(self) -> bool:
         return self.status == OK
+
+    @property
+    def traced(self) -> bool:
+        """Whether the kernel passed the shape-only stage (its latency is known), whatever its
+        correctness: the children that enter a search's survivor tournaments."""
+        return self.latency_ms is not None
 
     def to_dict(self, placement: bool = True) -> dict[str, Any]:
         """The fields as a dict; an undecided dialect and empty hardware / calibration /

@@ -4,11 +4,14 @@ Parent side (`run`): a launcher starts the child, either as a new interpreter
 (`SpawnLauncher`) or as a fork of the preloaded fork server (fitness.forkserver), always with a
 scrubbed environment (an explicit allow-list: no API keys, tokens or credentials survive), in
 its own session and process group, in a fresh working directory, with stdout/stderr captured
-and truncated. A wall-clock deadline ends it with SIGTERM and then SIGKILL to the whole group.
+and truncated. A wall-clock deadline ends it with SIGTERM and then SIGKILL to the whole group;
+a message of the child carrying `budget_s` stretches it, up to STRETCH times the timeout.
 The request goes in on stdin as JSON; the child reports on a private pipe (JSON lines).
 
 Child side (`apply_limits`): the first thing the child does is to lower its own hard limits
-(address space, CPU time, file size, open files, no core dumps), which it cannot raise again.
+(address space, CPU time, file size, open files, no core dumps), which it cannot raise again;
+its CPU-time soft limit starts at the timeout, and the worker's own code may raise it up to the
+hard limit (`raise_cpu_limit`) before it runs the kernel on data (kernels cannot reach it).
 """
 
 from __future__ import annotations
@@ -41,6 +44,12 @@ TOOLCHAIN_FILE_MB = 4096    # largest file the toolchain may write (NEFFs and NT
 _REPO_ROOT = str(Path(__file__).resolve().parents[1])
 
 
+# How many times `timeout_s` an evaluation may take when its kernel process, having traced the
+# kernel shape-only, expects that much work (fitness.worker.time_budget): a busy machine must not
+# turn an honest large kernel into a timeout, and no kernel may hold a worker for long beyond it.
+STRETCH = 4
+
+
 @dataclass(frozen=True)
 class Limits:
     timeout_s: float
@@ -58,9 +67,28 @@ class Limits:
         CPU limit, normally ends a runaway kernel (the CPU limit covers a stalled parent)."""
         return int(math.ceil(self.timeout_s)) + 5
 
+    @property
+    def most_s(self) -> float:
+        """The longest the wall-clock limit may be stretched to (STRETCH)."""
+        return self.timeout_s * STRETCH
+
     def to_child(self) -> dict[str, int]:
-        return {"memory_mb": self.memory_mb, "cpu_s": self.cpu_s, "file_mb": max(self.memory_mb, TOOLCHAIN_FILE_MB)
-                if self.toolchain else self.memory_mb, "toolchain": int(self.toolchain)}
+        return {"memory_mb": self.memory_mb, "cpu_s": self.cpu_s, "cpu_most_s": int(math.ceil(self.most_s)) + 5,
+                "file_mb": max(self.memory_mb, TOOLCHAIN_FILE_MB) if self.toolchain else self.memory_mb,
+                "toolchain": int(self.toolchain)}
+
+
+@dataclass
+class Deadline:
+    """The wall-clock deadline of one child: `timeout_s` after its start, stretched (never
+    shortened) by a `budget_s` the child reports, up to `most_s` after its start."""
+
+    start: float
+    at: float
+    latest: float
+
+    def stretch(self, seconds: float) -> None:
+        self.at = max(self.at, min(self.start + seconds, self.latest))
 
 
 @dataclass
@@ -69,6 +97,7 @@ class Outcome:
 
     returncode: int | None        # None: it could not be started
     timed_out: bool = False       # the deadline ended it
+    limit_s: float = 0.0          # the wall-clock limit it ran under (timeout_s, or as stretched)
     stopped: bool = False         # the parent ended it early (on_message returned False)
     stdout: str = ""
     stderr: str = ""
@@ -246,7 +275,8 @@ def run(module: str, request: dict[str, Any], limits: Limits, workdir: Path,
         for fd in (ends.stdin, ends.stdout, ends.stderr, ends.channel):
             os.close(fd)
     # The deadline starts with the child (a fork server's own first start is not the kernel's).
-    deadline = time.monotonic() + limits.timeout_s
+    began = time.monotonic()
+    deadline = Deadline(began, began + limits.timeout_s, began + limits.most_s)
     if registry is not None:
         registry.add(child.pid)
     payload = json.dumps(dict(request, channel_fd=child.channel_fd, limits=limits.to_child())).encode()
@@ -257,7 +287,7 @@ def run(module: str, request: dict[str, Any], limits: Limits, workdir: Path,
         outcome.timed_out, outcome.stopped = _pump(child, payload, ours, captures, deadline, on_message)
         kill_now = outcome.timed_out or outcome.stopped
     finally:
-        if kill_now or not child.wait_exit(max(deadline - time.monotonic(), 0)):
+        if kill_now or not child.wait_exit(max(deadline.at - time.monotonic(), 0)):
             outcome.timed_out = outcome.timed_out or not kill_now
             _signal_group(child.pid, signal.SIGTERM)
             if not child.wait_exit(limits.grace_s):
@@ -272,13 +302,15 @@ def run(module: str, request: dict[str, Any], limits: Limits, workdir: Path,
     outcome.stdout = captures["stdout"].text()
     outcome.stderr = captures["stderr"].text()
     outcome.seconds = time.monotonic() - start
+    outcome.limit_s = deadline.at - deadline.start
     return outcome
 
 
-def _pump(child: Child, payload: bytes, fds: list[int], captures: dict[str, _Capture], deadline: float,
+def _pump(child: Child, payload: bytes, fds: list[int], captures: dict[str, _Capture], deadline: Deadline,
           on_message: Callable[[dict[str, Any]], bool] | None) -> tuple[bool, bool]:
     """Write the request and read the child's streams until they close or the child has exited
-    (a process it left behind may hold them open); returns (timed_out, stopped).
+    (a process it left behind may hold them open); returns (timed_out, stopped). A message
+    carrying `budget_s` stretches the deadline (Deadline.stretch).
 
     The stdin end is closed here once the request is written (the child reads to EOF); its
     slot in `fds` becomes -1 so that the caller does not close a number another thread may
@@ -293,7 +325,7 @@ def _pump(child: Child, payload: bytes, fds: list[int], captures: dict[str, _Cap
         sel.register(channel_r, selectors.EVENT_READ, "channel")
         exited = False
         while sel.get_map():
-            remaining = deadline - time.monotonic()
+            remaining = deadline.at - time.monotonic()
             if remaining <= 0:
                 return True, False
             # Once the child is gone, whatever it wrote is already in the pipes: drain them.
@@ -321,7 +353,12 @@ def _pump(child: Child, payload: bytes, fds: list[int], captures: dict[str, _Cap
                 pending += data
                 *lines, pending = pending.split(b"\n")
                 for line in lines:
-                    if line.strip() and on_message is not None and on_message(json.loads(line)) is False:
+                    if not line.strip():
+                        continue
+                    message = json.loads(line)
+                    if isinstance(message, dict) and isinstance(message.get("budget_s"), (int, float)):
+                        deadline.stretch(float(message["budget_s"]))
+                    if on_message is not None and on_message(message) is False:
                         return False, True
             exited = exited or child.wait_exit(0)
     return False, False
@@ -353,8 +390,20 @@ def _signal_group(pid: int, sig: int) -> None:
 # Child side.
 
 
+def raise_cpu_limit(seconds: float) -> None:
+    """Raise this process's CPU-time soft limit to `seconds` (never above its hard limit, never
+    lower than it is): the worker's own step once it knows its kernel's expected work."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    want = int(math.ceil(seconds))
+    if hard != resource.RLIM_INFINITY:
+        want = min(want, hard)
+    if soft != resource.RLIM_INFINITY and want > soft:
+        resource.setrlimit(resource.RLIMIT_CPU, (want, hard))
+
+
 def apply_limits(limits: Mapping[str, int]) -> None:
-    """Lower this process's limits (soft and hard, so the kernel cannot raise them again)."""
+    """Lower this process's limits (soft and hard, so the kernel cannot raise them again; the
+    CPU time's hard limit leaves room for a stretched deadline)."""
     mb = 1 << 20
 
     def lower(which: int, value: int) -> None:
@@ -369,7 +418,8 @@ def apply_limits(limits: Mapping[str, int]) -> None:
     lower(resource.RLIMIT_CORE, 0)
     lower(resource.RLIMIT_NOFILE, TOOLCHAIN_FILES if toolchain else KERNEL_FILES)
     cpu = int(limits["cpu_s"])
+    most = max(cpu, int(limits.get("cpu_most_s", cpu))) + 5   # the worker may raise its soft limit this far
     _, hard = resource.getrlimit(resource.RLIMIT_CPU)
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5 if hard == resource.RLIM_INFINITY else min(cpu + 5, hard)))
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, most if hard == resource.RLIM_INFINITY else min(most, hard)))
     # Past the file-size limit a write fails with EFBIG instead of killing the process.
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)

@@ -38,10 +38,11 @@ from .forkserver import ForkServer
 from .normalize import kernel_id
 from .pool import EvalPool
 from .references import ReferenceError, ReferenceStore, SeedData, reference_version
-from .result import COMPILE_ERROR, CRASHED, INCORRECT, MODEL_ERROR, OK, REJECTED, TIMEOUT, EvalResult
+from .result import COMPILE_ERROR, CRASHED, INCORRECT, MODEL_ERROR, NOT_JUDGED, OK, REJECTED, TIMEOUT, EvalResult
 from .roofline import lower_bound, percent_of_peak, roofline
 from .settings import EvalSettings
 from .simulator.dialect import Dialect
+from .worker import FULL, LATENCY
 
 
 # The baseline of a problem that has none (a user's problem evaluated without --baseline):
@@ -135,6 +136,25 @@ class Evaluator:
     def evaluate_many(self, spec: ProblemSpec, sources: Sequence[str],
                       progress: bool | str = False) -> list[EvalResult]:
         """Results in input order; distinct kernels run in parallel, identical ones once."""
+        return self._many(spec, sources, progress, FULL)
+
+    @property
+    def traces(self) -> bool:
+        """Whether kernels can be timed before they are judged (`latencies`): the simulator
+        traces without data; hardware measures by running."""
+        return self.backend == "simulator"
+
+    def latencies(self, spec: ProblemSpec, sources: Sequence[str],
+                  progress: bool | str = False) -> list[EvalResult]:
+        """The first stage of a judgement, for a search's cascade: each kernel traced shape-only
+        and timed, its correctness not computed (status not_judged, with latency, profile and
+        speedup), or the verdict of a kernel that fails already there (policy, compile error,
+        precision, timeout). A kernel judged in full before answers with that result."""
+        if not self.traces:
+            raise RuntimeError(f"the {self.backend} backend cannot time a kernel without running it")
+        return self._many(spec, sources, progress, LATENCY)
+
+    def _many(self, spec: ProblemSpec, sources: Sequence[str], progress: bool | str, stage: str) -> list[EvalResult]:
         self._check_open()
         if not sources:
             return []
@@ -145,18 +165,18 @@ class Evaluator:
         keys = []
         for i, source in enumerate(sources):
             try:
-                key = self._key(spec, source)
+                key = self._key(spec, source, stage)
             except Exception as exc:  # a source no one can even name must not cost the batch
                 key = f"unkeyed-{i}"
                 ready[key] = _unhandled_source(spec, exc, self.backend, self.settings.target)
             keys.append(key)
             if key in ready or key in futures:
                 continue
-            hit = self._cache.get(key)
+            hit = self._cached(spec, source, stage)
             if hit is not None:
                 ready[key] = dataclasses.replace(hit, seconds=time.monotonic() - started)
             else:
-                futures[key] = self._pool.submit(key, functools.partial(self._evaluate_raw, spec, source, key))
+                futures[key] = self._pool.submit(key, functools.partial(self._evaluate_raw, spec, source, key, stage))
         for _ in self._pool.completed(list(futures.values()), progress):
             pass
         ready.update({key: f.result() for key, f in futures.items()})
@@ -234,10 +254,18 @@ class Evaluator:
         if self._closed:
             raise RuntimeError("the evaluator is closed")
 
-    def _key(self, spec: ProblemSpec, source: str) -> str:
+    def _key(self, spec: ProblemSpec, source: str, stage: str = FULL) -> str:
         s = self.settings
-        gate_settings = [list(s.seeds), list(s.heldout_seeds), s.rel_tol]
+        gate_settings = [list(s.seeds), list(s.heldout_seeds), s.rel_tol] + ([LATENCY] if stage == LATENCY else [])
         return cache_key(source, spec, self.backend, self.target, gate_settings, self._version, self._context)
+
+    def _cached(self, spec: ProblemSpec, source: str, stage: str) -> EvalResult | None:
+        """The cached result of `stage`; for the latency stage a full judgement's, when there is
+        one, answers first (it says more)."""
+        hit = self._cache.get(self._key(spec, source, FULL))
+        if hit is None and stage == LATENCY:
+            hit = self._cache.get(self._key(spec, source, LATENCY))
+        return hit
 
     @property
     def _context(self) -> list[str] | None:
@@ -263,14 +291,14 @@ class Evaluator:
                 self._baselines[spec] = future
             return future
 
-    def _evaluate_raw(self, spec: ProblemSpec, source: str, key: str) -> EvalResult:
+    def _evaluate_raw(self, spec: ProblemSpec, source: str, key: str, stage: str = FULL) -> EvalResult:
         """The result without speedup and percent of peak (those depend on the baseline)."""
         started = time.monotonic()
-        hit = self._cache.get(key)
+        hit = self._cached(spec, source, stage)
         if hit is not None:
             return dataclasses.replace(hit, seconds=time.monotonic() - started)
         try:
-            result = self._compute(spec, source)
+            result = self._compute(spec, source, stage)
         except ReferenceError:
             raise   # the problem's reference is broken: no kernel can be judged
         except Exception as exc:  # an evaluator bug must not end the run; say what happened
@@ -287,7 +315,7 @@ class Evaluator:
         self._cache.put(key, result)
         return result
 
-    def _compute(self, spec: ProblemSpec, source: str) -> EvalResult:
+    def _compute(self, spec: ProblemSpec, source: str, stage: str = FULL) -> EvalResult:
         """The static policy decides the source's dialect once; the result records it."""
         dialect, result = review(source, self.backend, self.target, self._host)
         if result is None:
@@ -295,7 +323,7 @@ class Evaluator:
             kid = kernel_id(source)
             keep = (lambda workdir, names: self._keep_artifacts(workdir, names, kid)) if self.run_dir else None
             result = judge_cases(spec, source, lambda: self._cases(spec), self.settings, self._launcher,
-                                 running=functools.partial(self._running_as, source), keep=keep)
+                                 running=functools.partial(self._running_as, source), keep=keep, stage=stage)
         result.dialect = dialect
         result.host = HOSTNAME
         return result
@@ -341,7 +369,7 @@ class Evaluator:
     def _finish(self, spec: ProblemSpec, raw: EvalResult, baseline: EvalResult) -> EvalResult:
         """A copy of `raw` with speedup (vs the baseline) and percent of peak filled in."""
         result = dataclasses.replace(raw, profile=dict(raw.profile))
-        if result.ok and result.latency_ms:
+        if result.status in (OK, NOT_JUDGED) and result.latency_ms:
             if baseline.ok and baseline.latency_ms:
                 result.speedup = baseline.latency_ms / result.latency_ms
             counts = load(spec).counts
@@ -438,14 +466,17 @@ def review(source: str, backend: str, target: str,
 
 def judge_cases(spec: ProblemSpec, source: str, cases: Callable[[], list[Case]], settings: EvalSettings,
                 launcher: KernelLauncher, *, running: Callable[[str], ContextManager[Any]] | None = None,
-                keep: Callable[[Path, list[str]], None] | None = None) -> EvalResult:
+                keep: Callable[[Path, list[str]], None] | None = None, stage: str = FULL) -> EvalResult:
     """Judge a source the policy accepted: the precision of its dtypes against the reference
     data of every case (`cases()`), then a sandboxed kernel process that runs it on each case
     while this process judges the outputs case by case, then latency and profile. `keep` gets
-    the artifacts of an ok result (NEFF, trace) before its working folder is removed. The local
-    evaluator and a Ray task judge through this same function."""
+    the artifacts of an ok result (NEFF, trace) before its working folder is removed. The
+    `stage` LATENCY stops after the shape-only trace (a backend that traces: the simulator).
+    The local evaluator and a Ray task judge through this same function."""
     problem = load(spec)
     seeds = cases()
+    if stage == LATENCY:
+        seeds = seeds[:1]   # its shapes are every seed's
     data = seeds[0].data
     declared = [arrays.dtype_of(d) for d in data.expected_dtypes]
     limit = precision.floor([arrays.dtype_of(d) for d in data.input_dtypes],
@@ -461,13 +492,13 @@ def judge_cases(spec: ProblemSpec, source: str, cases: Callable[[], list[Case]],
         request = {
             "source": source, "problem": [spec.name, list(spec.params), spec.suite_dir],
             "backend": launcher.backend, "target": launcher.target,
-            "options": launcher.options,
+            "options": launcher.options, "stage": stage,
             "cases": [{"label": c.label, "inputs": c.data.request_inputs()} for c in seeds],
             "outputs": [{"shape": list(shape), "dtype": arrays.dtype_name(d)}
                         for shape, d in zip(_shapes(data.expected), declared)],
         }
         outcome, worker = launcher.run(request, workdir, judge.on_message, running)
-        result = judge.result(outcome, settings.timeout_s)
+        result = judge.result(outcome, settings.timeout_s, stage)
         if result.ok and launcher.backend == "simulator":
             result = below_bound(problem, result, launcher.target)
         if result.ok and keep is not None and judge.artifacts:
@@ -515,14 +546,17 @@ class _Judge:
         self.failure: tuple[str, str] | None = None
         self.done: dict[str, Any] | None = None
         self.artifacts: list[str] = []
+        self.traced: tuple[float, dict[str, Any]] | None = None   # the shape-only trace's latency, profile
 
     def on_message(self, msg: dict[str, Any]) -> bool:
         event = msg.get("event")
+        if event == "traced":
+            if not self._precise(msg):
+                return False
+            self.traced = (float(msg["latency_ms"]), dict(msg.get("profile", {})))
+            return True
         if event == "outputs":
-            uses = [precision.DtypeUse(str(d), int(line), str(what)) for d, line, what in msg.get("dtypes", [])]
-            downgraded = precision.downgrades(uses, self.limit)
-            if downgraded:
-                self.failure = (INCORRECT, _precision_message(downgraded[0], self.limit))
+            if not self._precise(msg):
                 return False
             self.failure = self._judge(int(msg["case"]), [str(f) for f in msg["files"]], bool(msg["single"]))
             self.judged += 1
@@ -534,6 +568,15 @@ class _Judge:
             self.done = msg
             self.artifacts = [str(a) for a in msg.get("artifacts", [])]
         return True
+
+    def _precise(self, msg: dict[str, Any]) -> bool:
+        """Whether the dtypes a message reports (if any) keep the problem's precision; else the
+        failure is set."""
+        uses = [precision.DtypeUse(str(d), int(line), str(what)) for d, line, what in msg.get("dtypes", [])]
+        downgraded = precision.downgrades(uses, self.limit)
+        if downgraded:
+            self.failure = (INCORRECT, _precision_message(downgraded[0], self.limit))
+        return not downgraded
 
     def _judge(self, index: int, files: list[str], single: bool) -> tuple[str, str] | None:
         case = self.cases[index]
@@ -553,21 +596,34 @@ class _Judge:
             for p in paths:
                 p.unlink(missing_ok=True)
 
-    def result(self, outcome: sandbox.Outcome, timeout_s: float) -> EvalResult:
-        """The evaluation's result once the kernel process has ended."""
+    def result(self, outcome: sandbox.Outcome, timeout_s: float, stage: str = FULL) -> EvalResult:
+        """The evaluation's result once the kernel process has ended. A kernel that failed after
+        its shape-only trace was timed keeps that latency and profile (it was traced: a search's
+        survivor tournaments count it as an entrant that never wins)."""
+        failure = self._failure(outcome, timeout_s, stage)
+        if failure is not None:
+            status, message = failure
+            latency, profile = self.traced if self.traced else (None, {})
+            return EvalResult(status, message, latency_ms=latency, profile=profile)
+        assert self.done is not None
+        status = NOT_JUDGED if stage == LATENCY else OK
+        return EvalResult(status, latency_ms=float(self.done["latency_ms"]), profile=dict(self.done.get("profile", {})))
+
+    def _failure(self, outcome: sandbox.Outcome, timeout_s: float, stage: str) -> tuple[str, str] | None:
         if self.failure is not None:
-            return EvalResult(*self.failure)
-        progress = f"after {self.judged} of {len(self.cases)} seeds"
+            return self.failure
+        progress = ("while tracing it shape-only" if stage == LATENCY
+                    else f"after {self.judged} of {len(self.cases)} seeds")
         if outcome.timed_out:
-            return EvalResult(TIMEOUT, f"the evaluation exceeded the time limit of {timeout_s:g} s (wall clock), "
-                                       f"{progress}")
+            limit = round(max(outcome.limit_s, timeout_s), 1)   # stretched for a kernel expecting more work
+            return TIMEOUT, f"the evaluation exceeded the time limit of {limit:g} s (wall clock), {progress}"
         if outcome.signal == signal.SIGXCPU:
-            return EvalResult(TIMEOUT, f"the kernel process exceeded its CPU-time limit, {progress}")
-        if self.done is None or self.judged < len(self.cases):
+            return TIMEOUT, f"the kernel process exceeded its CPU-time limit, {progress}"
+        if self.done is None or (stage == FULL and self.judged < len(self.cases)):
             detail = outcome.stderr.strip().splitlines()[-1:] if outcome.stderr.strip() else []
             tail = f"; last output: {detail[0][:300]}" if detail else ""
-            return EvalResult(CRASHED, f"{outcome.describe_exit()} {progress}{tail}")
-        return EvalResult(OK, latency_ms=float(self.done["latency_ms"]), profile=dict(self.done.get("profile", {})))
+            return CRASHED, f"{outcome.describe_exit()} {progress}{tail}"
+        return None
 
 
 def reference_root(settings: EvalSettings, run_dir: Path | None) -> Path | None:

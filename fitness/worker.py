@@ -4,11 +4,19 @@ Started by fitness.sandbox with a JSON request on stdin. It lowers its own limit
 policy again, imports the backend, installs the guard, and only then executes the kernel:
 for each seed it loads the inputs (read-only files; it never sees the expected outputs),
 runs the kernel, writes the raw outputs into its working directory and reports them, so that
-the engine judges seed k while seed k+1 runs. Every seed's trace must equal the first's (a
-kernel whose instructions depend on its inputs' values is refused); after the last seed the
-latency is obtained once, from the first seed's trace. Messages go to a private pipe as JSON lines:
+the engine judges seed k while seed k+1 runs.
+
+On a backend that traces without data (the simulator) the kernel is first traced shape-only
+on the first seed's shapes and timed from that trace ("traced": latency, profile and the dtypes
+it computes in, judged before any value); every seed's trace must then equal the shape-only
+one (a kernel whose instructions depend on its inputs' values is refused), so the latency a
+search ranks by before judging is the latency of every judged seed. A request with
+`"stage": "latency"` stops there (no seed runs). Elsewhere every seed's trace must equal the
+first's and the latency is measured once after the last seed. Messages go to a private pipe
+as JSON lines:
   {"event": "ready"}                                   (imports done, guard installed)
-  {"event": "outputs", "case": k, "files": [...], "single": bool[, "dtypes": [...]]}  (dtypes: first seed)
+  {"event": "traced", "latency_ms": ..., "profile": {...}, "dtypes": [...]}   (tracing backends)
+  {"event": "outputs", "case": k, "files": [...], "single": bool[, "dtypes": [...]]}  (dtypes: first seed, others)
   {"event": "failed", "status": ..., "message": ...}
   {"event": "done", "latency_ms": ..., "profile": {...}, "artifacts": [...]}
 """
@@ -19,20 +27,33 @@ import json
 import math
 import os
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Any, Callable
 
-from .sandbox import apply_limits
+from .sandbox import apply_limits, raise_cpu_limit
 
 _REPO = Path(__file__).resolve().parents[1]
 MAX_MESSAGE = 1200
+# Stages of a judgement (the request's "stage"): the whole gate, or the shape-only trace alone.
+FULL, LATENCY = "full", "latency"
+# Room the time budget leaves over the expected cost of the seeds (a busy machine runs slower).
+BUDGET_MARGIN = 2.0
+
+
+def time_budget(elapsed_s: float, seed_s: float, seeds: int) -> float:
+    """Seconds this evaluation may take once its kernel was traced: what it took so far and
+    the expected cost of every seed's full-data run, with BUDGET_MARGIN to spare."""
+    return BUDGET_MARGIN * (elapsed_s + seeds * seed_s)
 Send = Callable[..., None]
 
 
 def main() -> None:
+    started = time.monotonic()
     request = json.loads(sys.stdin.buffer.read())
     apply_limits(request["limits"])
+    request["started"] = started
     channel = os.fdopen(int(request["channel_fd"]), "w")
 
     def send(**message: Any) -> None:
@@ -92,6 +113,34 @@ def evaluate(request: dict[str, Any], send: Send) -> None:
         send(event="failed", status=status, message=message)
 
     first: tuple[Any, Any] | None = None
+    measured: tuple[float, dict[str, Any]] | None = None
+    if hasattr(runner, "trace"):
+        inputs = [load_input(entry) for entry in cases[0]["inputs"]]
+        args = problem.to_kernel_inputs(inputs)
+        del inputs
+        try:
+            tracing = time.monotonic()
+            shape_trace = runner.trace(source, args)
+            seed_s = runner.seed_seconds(shape_trace, time.monotonic() - tracing)
+            dtypes = [[u.dtype, u.line, u.what] for u in runner.structure_dtypes(shape_trace)]
+        except BaseException as exc:
+            fail(exc)
+            return
+        measured = _measure(runner, source, args, shape_trace, memory_mb, send)
+        if measured is None:
+            return
+        first = (None, shape_trace)
+        budget = time_budget(time.monotonic() - request.get("started", time.monotonic()), seed_s, len(cases))
+        if request.get("stage") != LATENCY:
+            raise_cpu_limit(budget + 5)   # the sandbox stretches its deadline to the same budget
+        send(event="traced", latency_ms=measured[0], profile=measured[1], dtypes=dtypes, budget_s=budget)
+        if request.get("stage") == LATENCY:
+            send(event="done", latency_ms=measured[0], profile=measured[1], artifacts=[])
+            return
+        del args
+    elif request.get("stage") == LATENCY:
+        send(event="failed", status="crashed", message="internal error: this backend cannot trace a kernel shape-only")
+        return
     for k, case in enumerate(cases):
         inputs = [load_input(entry) for entry in case["inputs"]]
         args = problem.to_kernel_inputs(inputs)
@@ -101,7 +150,7 @@ def evaluate(request: dict[str, Any], send: Send) -> None:
             fail(exc)
             return
         del inputs
-        divergence = stream_divergence(first[1], trace, case["label"]) if first is not None else ""
+        divergence = stream_divergence(first[1], trace, case["label"], measured is not None) if first is not None else ""
         if divergence:
             send(event="failed", status="compile_error", message=divergence)
             return
@@ -125,25 +174,36 @@ def evaluate(request: dict[str, Any], send: Send) -> None:
             send(event="outputs", case=k, files=files, single=single)
         del raw, args
     assert first is not None
+    if measured is None:
+        measured = _measure(runner, source, first[0], first[1], memory_mb, send)
+        if measured is None:
+            return
+    send(event="done", latency_ms=measured[0], profile=measured[1],
+         artifacts=list(getattr(runner, "artifacts", [])))
+
+
+def _measure(runner: Any, source: str, args: Any, trace: Any, memory_mb: int | None,
+             send: Send) -> tuple[float, dict[str, Any]] | None:
+    """(latency, profile) of the kernel, or None once its failure has been sent."""
     try:
-        latency, profile = runner.measure(source, first[0], first[1])
+        return runner.measure(source, args, trace)
     except BaseException as exc:
         status, message = classify(exc, memory_mb)
         if status == "compile_error" and not _is_nki_error(exc):
             status, message = "crashed", f"measuring the latency failed: {message}"
         send(event="failed", status=status, message=message)
-        return
-    send(event="done", latency_ms=latency, profile=profile,
-         artifacts=list(getattr(runner, "artifacts", [])))
+        return None
 
 
-def stream_divergence(first: Any, trace: Any, label: str) -> str:
-    """Why a later seed's trace is not the first seed's, or "". The latency is measured on the
-    first seed's trace, which stands for every seed only because NKI fixes a kernel's
-    instructions when it is traced: a stream that depends on the inputs' values is refused."""
+def stream_divergence(first: Any, trace: Any, label: str, shape_only: bool = False) -> str:
+    """Why a seed's trace is not the one the latency is measured on (`first`: the shape-only
+    trace, or the first seed's), or "". That trace stands for every seed only because NKI fixes
+    a kernel's instructions when it is traced: a stream that depends on the inputs' values is
+    refused."""
     if trace == first:   # backends without a trace (hardware) give None for every seed
         return ""
-    return _short(f"{label}: the kernel's instruction stream differs from the first seed's "
+    against = "the shape-only trace's" if shape_only else "the first seed's"
+    return _short(f"{label}: the kernel's instruction stream differs from {against} "
                   f"({first.difference(trace)}); NKI control flow and instruction choice must not "
                   "depend on the inputs' values")
 

@@ -19,7 +19,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Sequence
 
 from fitness.normalize import kernel_id
-from fitness.result import COMPILE_ERROR, INCORRECT, OK, REJECTED, TIMEOUT, EvalResult
+from fitness.result import COMPILE_ERROR, INCORRECT, NOT_JUDGED, OK, REJECTED, TIMEOUT, EvalResult
 from nkibench import registry
 from operators.knobs import find_knobs
 
@@ -113,3 +113,37 @@ class KnobEvaluator:
 
     def baseline(self, spec) -> EvalResult:
         return self._result(spec, registry.load(spec).baseline_source)
+
+
+class TracingKnobEvaluator(KnobEvaluator):
+    """KnobEvaluator that, like the simulator, times a kernel before judging it
+    (`latencies`): a kernel computing beyond what it loads (COMPUTE_N > LOAD_N) is timed like
+    any other and found incorrect only when judged in full; `judged` lists the kernel ids
+    judged in full."""
+
+    traces = True
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(failures=True, **kwargs)
+        self.judged: list[str] = []
+
+    def _result(self, spec, source: str) -> EvalResult:
+        result = super()._result(spec, source)
+        if result.status == INCORRECT:   # failed after its trace was timed: it keeps the latency
+            knobs = {k.name: k.value for k in find_knobs(source).values()}
+            result.latency_ms = 0.5 + sum(1 / math.log2(2 * v) for v in knobs.values())
+        return result
+
+    def evaluate_many(self, spec, sources: Sequence[str], progress: bool | str = False) -> list[EvalResult]:
+        self.judged.extend(kernel_id(s) for s in sources)
+        return super().evaluate_many(spec, sources, progress)
+
+    def latencies(self, spec, sources: Sequence[str], progress: bool | str = False) -> list[EvalResult]:
+        base = self.latency(registry.load(spec).baseline_source)
+        out = []
+        for source in sources:
+            result = self._result(spec, source)
+            if result.latency_ms is not None:
+                result.status, result.error, result.speedup = NOT_JUDGED, "", base / result.latency_ms
+            out.append(result)
+        return out

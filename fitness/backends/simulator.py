@@ -9,6 +9,9 @@ from typing import Any
 from ..precision import DtypeUse, trace_dtypes
 
 KERNEL_FILE = "kernel.py"   # the file name errors give the kernel's source
+SEED_TRACES = 20            # a full-data run costs at most this many shape-only traces ...
+SLOW_ELEMENTS = 50e6        # ... plus the elements its instructions stream at this rate ...
+SLOW_FLOPS = 10e9           # ... plus its matrix products at this rate (FLOP/s)
 
 
 def check_target_dtypes(trace: Any, target: str) -> None:
@@ -28,7 +31,7 @@ class SimulatorRunner:
     allow_exec = False
 
     def __init__(self, target: str, options: dict[str, Any] | None = None) -> None:
-        from fitness.simulator import install, run_kernel
+        from fitness.simulator import install, placeholders, run_kernel
         from fitness.simulator.perf import estimate
         from fitness.simulator.perf.calibration import from_dict
 
@@ -38,12 +41,30 @@ class SimulatorRunner:
         cal = (options or {}).get("calibration")
         self.calibration = from_dict(cal["data"], cal["path"]) if cal else None
         self._run_kernel = run_kernel
+        self._placeholders = placeholders
         self._estimate = estimate
 
     def run(self, source: str, args: list[Any]) -> tuple[Any, Any]:
         result = self._run_kernel(source, args, filename=KERNEL_FILE, kernel_name="kernel")
         check_target_dtypes(result.trace, self.target)
         return result.outputs, result.trace
+
+    def trace(self, source: str, args: list[Any]) -> Any:
+        """The kernel's trace without data (shape-only), on the shapes and dtypes of `args`."""
+        trace = self._run_kernel(source, self._placeholders(args), filename=KERNEL_FILE, kernel_name="kernel",
+                                 shape_only=True).trace
+        check_target_dtypes(trace, self.target)
+        return trace
+
+    def seed_seconds(self, trace: Any, trace_s: float) -> float:
+        """A pessimistic estimate of one full-data run of a kernel from its shape-only trace
+        (which took `trace_s`): the trace's own work SEED_TRACES times over, the elements its
+        instructions stream at SLOW_ELEMENTS and its matrix products at SLOW_FLOPS (README
+        "What an evaluation costs": a seed's trace is 5-28% of its CPU time; one BLAS thread
+        reached 40-84 GFLOP/s)."""
+        flops = sum(2 * i.mm.K * i.mm.M * i.mm.N for i in trace.instrs if i.mm is not None)
+        elements = sum(i.partitions * i.free for i in trace.instrs)
+        return SEED_TRACES * trace_s + elements / SLOW_ELEMENTS + flops / SLOW_FLOPS
 
     def measure(self, source: str, args: list[Any], trace: Any) -> tuple[float, dict[str, Any]]:
         # The trace does not depend on the data, so one estimate serves every seed.

@@ -124,6 +124,7 @@ def test_evaluation_llm_and_budget_sections_are_the_settings_types_fields():
     cfg = cfgmod.Config()
     evaluation = asdict(cfg.evaluation)
     assert {evaluation.pop("heldout_seeds"), evaluation.pop("heldout")} == {2, "secret"}
+    assert evaluation.pop("cascade") == "latency_first"   # the engine's: which children it has judged
     assert evaluation == {k: v for k, v in defaults(EvalSettings).items() if k != "heldout_seeds"}
     llm = asdict(cfg.llm)
     assert set(llm.pop("roles")) == set(cfgmod.LLM_ROLES)
@@ -156,4 +157,15 @@ def test_offline_operator_settings_and_the_mode_an_old_run_folder_resumes_with()
     for bad, key in (('operators.rewrites=["unroll"]', "operators.rewrites"), ('operators.offline="x"', "operators.offline"),
                      ("operators.knob_weight=-1", "operators.knob_weight")):
         with pytest.raises(UserError, match=rf"config key '{key}'"):
+            cfgmod.resolve(sets=[bad])
+
+
+def test_cascade_settings_and_what_run_folders_of_earlier_releases_resume_with():
+    cfg = cfgmod.resolve()
+    assert (cfg.evaluation.cascade, cfg.selection.incorrect) == ("latency_first", "entrants")
+    old = cfgmod.from_saved({})   # a config.toml written before the settings existed
+    assert (old.evaluation.cascade, old.selection.incorrect) == ("full", "excluded")
+    assert old.hash() == cfgmod.from_saved({}).hash() and cfg.hash() != old.hash()
+    for bad, key in (('evaluation.cascade="lazy"', "evaluation.cascade"), ('selection.incorrect="x"', "selection.incorrect")):
+        with pytest.raises(UserError, match=rf"config key '{key}' must be one of"):
             cfgmod.resolve(sets=[bad])

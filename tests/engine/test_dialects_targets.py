@@ -62,8 +62,9 @@ def test_the_dialect_is_part_of_the_identity_only_when_not_the_problems_own():
 
 
 def test_default_dialect_keeps_the_configuration_hash_of_earlier_releases():
-    # earlier releases ran the declared-knob operators (a run folder of theirs resumes so)
-    cfg = _cfg('operators.offline="declared_knobs"')
+    # earlier releases ran the declared-knob operators and judged every child (a run folder of
+    # theirs resumes so)
+    cfg = _cfg('operators.offline="declared_knobs"', 'evaluation.cascade="full"', 'selection.incorrect="excluded"')
     data = cfg.to_dict()
     for dotted in config_mod.LATER_DEFAULTS:   # what a configuration of an earlier release hashed
         *path, key = dotted.split(".")          # e.g. llm.roles.planner.max_tokens

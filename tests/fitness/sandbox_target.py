@@ -37,6 +37,10 @@ def main() -> None:
         send(started=True)
         while True:
             time.sleep(0.1)
+    elif action == "budget":   # ask for more time, then take `sleep` seconds
+        send(budget_s=float(request["budget_s"]))
+        time.sleep(float(request["sleep"]))
+        send(done=True)
     elif action == "spin":
         while True:
             pass

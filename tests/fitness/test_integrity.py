@@ -66,10 +66,10 @@ def test_a_source_nested_too_deeply_costs_only_itself(evaluator):
 def test_evaluate_many_survives_a_source_that_cannot_be_keyed(evaluator, monkeypatch):
     original = evaluator._key
 
-    def fragile(spec, source):
+    def fragile(spec, source, *stage):
         if "BOOM" in source:
             raise RecursionError("maximum recursion depth exceeded")
-        return original(spec, source)
+        return original(spec, source, *stage)
 
     monkeypatch.setattr(evaluator, "_key", fragile)
     results = evaluator.evaluate_many(SPEC, [kernels.SILU + "\n# BOOM\n", kernels.SILU])
@@ -148,3 +148,6 @@ def test_a_later_seed_whose_instruction_stream_differs_is_refused():
                               "(instruction 1: nisa.tensor_scalar at line 4 against nisa.activation at line 5)")
     shorter = stream_divergence(first, _stream(("nl.load", 3)), "seed 42")
     assert "(2 instructions against 1)" in shorter
+    # on the simulator every seed is held to the shape-only trace the latency is measured on
+    traced = stream_divergence(first, _stream(("nl.load", 3), ("nisa.activation", 5)), "seed 0", shape_only=True)
+    assert traced.startswith("seed 0: the kernel's instruction stream differs from the shape-only trace's")

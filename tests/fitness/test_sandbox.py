@@ -53,7 +53,8 @@ def test_child_runs_in_its_own_group_with_lowered_limits(tmp_path):
     facts = messages[0]
     assert facts["pgid"] == facts["pid"] == facts["sid"] != os.getpgid(0)
     assert facts["address_space"] == [700 << 20, 700 << 20]
-    assert facts["cpu"][0] == 12 and facts["cpu"][1] <= 17      # timeout + 5 s, hard + 5 s
+    # soft: timeout + 5 s; hard: room for the worker to stretch it (STRETCH x timeout + 10 s)
+    assert facts["cpu"][0] == 12 and facts["cpu"][1] <= sandbox.STRETCH * 7 + 10
     assert facts["core"] == [0, 0]
     assert Path(facts["cwd"]).resolve() == tmp_path.resolve()
     assert resource.getrlimit(resource.RLIMIT_AS)[0] != 700 << 20   # the parent is untouched
@@ -66,6 +67,15 @@ def test_deadline_kills_a_sleeping_child(tmp_path):
     assert outcome.timed_out and messages == [{"started": True}]
     assert outcome.signal == signal.SIGTERM
     assert elapsed < 1.5 + 5
+
+
+def test_a_child_asking_for_more_time_gets_it_up_to_the_stretch(tmp_path):
+    outcome, messages = run(tmp_path, "budget", timeout_s=1.0, budget_s=3.0, sleep=2.0)
+    assert not outcome.timed_out and messages[-1] == {"done": True} and outcome.limit_s == pytest.approx(3.0, abs=0.2)
+    t0 = time.monotonic()   # a budget beyond STRETCH x timeout is cut there
+    outcome, messages = run(tmp_path, "budget", timeout_s=0.5, budget_s=100.0, sleep=30.0)
+    assert outcome.timed_out and messages == [{"budget_s": 100.0}]
+    assert outcome.limit_s == pytest.approx(0.5 * sandbox.STRETCH, abs=0.2) and time.monotonic() - t0 < 10
 
 
 def test_sigkill_follows_when_sigterm_is_ignored(tmp_path):
@@ -155,3 +165,34 @@ def test_registry_kills_live_children(tmp_path):
     registry.kill_all()
     thread.join(10)
     assert not thread.is_alive() and outcomes[0].signal == signal.SIGKILL
+
+
+def test_the_time_budget_of_an_evaluation_follows_its_traced_work():
+    """The kernel process asks for time from its shape-only trace (fitness.worker.time_budget):
+    what it took so far plus every seed's expected full-data run, its element streams and its
+    matrix products counted pessimistically (fitness.backends.simulator)."""
+    import numpy as np
+
+    from fitness.backends import simulator as sim
+    from fitness.simulator import ShapeDtype, run_kernel
+    from fitness.worker import BUDGET_MARGIN, time_budget
+
+    source = '''
+import neuronxcc.nki as nki
+import neuronxcc.nki.language as nl
+
+@nki.jit
+def kernel(a, b):
+    out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    res = nl.matmul(nl.load(a), nl.load(b), transpose_x=True)
+    nl.store(out, value=nl.copy(res))
+    return out
+'''
+    trace = run_kernel(source, [ShapeDtype((128, 128), np.float32), ShapeDtype((128, 512), np.float32)],
+                       shape_only=True).trace
+    runner = sim.SimulatorRunner("trn1")
+    elements = sum(i.partitions * i.free for i in trace.instrs)
+    expected = elements / sim.SLOW_ELEMENTS + 2 * 128 * 128 * 512 / sim.SLOW_FLOPS
+    assert runner.seed_seconds(trace, 0.0) == pytest.approx(expected)
+    assert runner.seed_seconds(trace, 0.1) == pytest.approx(expected + sim.SEED_TRACES * 0.1)
+    assert time_budget(1.0, 2.0, 3) == BUDGET_MARGIN * 7.0

@@ -298,3 +298,20 @@ def test_paper_shape_with_seven_seeds():
     assert result.speedup == pytest.approx(base.latency_ms / result.latency_ms)
     assert wrong.status == "incorrect" and wrong.error.startswith("output 0 (seed 0)")
     assert again.cached and again.seconds < 0.5
+
+
+def test_the_latency_stage_times_a_kernel_without_judging_it(evaluator):
+    """Evaluator.latencies: the shape-only trace's latency, which the full judgement then
+    confirms; failures the trace already shows are verdicts there; a kernel that fails only on
+    its data keeps its latency when judged (it was traced)."""
+    sources = [kernels.SILU, kernels.CONSTANT_OUTPUT, kernels.SYNTAX_ERROR, kernels.HIDDEN_BF16, kernels.READ_API_KEY]
+    timed = evaluator.latencies(SPEC, sources)
+    assert [r.status for r in timed] == ["not_judged", "not_judged", "compile_error", "incorrect", "rejected"]
+    assert not timed[0].ok and timed[0].speedup > 0 and timed[0].traced and not timed[2].traced
+    judged = evaluator.evaluate_many(SPEC, sources)
+    assert [r.status for r in judged] == ["ok", "incorrect", "compile_error", "incorrect", "rejected"]
+    assert judged[0].latency_ms == timed[0].latency_ms and judged[0].speedup == timed[0].speedup
+    assert judged[1].latency_ms == timed[1].latency_ms and judged[1].speedup is None
+    assert [r.error for r in judged[2:]] == [r.error for r in timed[2:]]
+    again = evaluator.latencies(SPEC, sources[:2])   # a full judgement in the cache answers
+    assert [r.status for r in again] == ["ok", "incorrect"]

@@ -43,8 +43,10 @@ class ShapeDtype:
 
 def placeholders(args) -> list:
     """Kernel arguments for a shape-only run: every array-like becomes its ShapeDtype,
-    other values (scalars, settings) stay as they are."""
-    return [ShapeDtype(a.shape, a.dtype) if hasattr(a, "shape") and hasattr(a, "dtype") else a for a in args]
+    other values (scalars, NumPy's included, and settings) stay as they are, as a full-data
+    run receives them."""
+    return [ShapeDtype(a.shape, a.dtype) if hasattr(a, "shape") and hasattr(a, "dtype") and not isinstance(a, np.generic)
+            else a for a in args]
 
 
 @dataclass
