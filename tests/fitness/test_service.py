@@ -300,10 +300,15 @@ def test_paper_shape_with_seven_seeds():
     assert again.cached and again.seconds < 0.5
 
 
-def test_the_latency_stage_times_a_kernel_without_judging_it(evaluator):
+def test_the_latency_stage_times_a_kernel_without_judging_it(tmp_path):
     """Evaluator.latencies: the shape-only trace's latency, which the full judgement then
     confirms; failures the trace already shows are verdicts there; a kernel that fails only on
     its data keeps its latency when judged (it was traced)."""
+    with Evaluator(SETTINGS, run_dir=tmp_path) as evaluator:   # its own cache: nothing judged before
+        _latency_stage(evaluator)
+
+
+def _latency_stage(evaluator: Evaluator) -> None:
     sources = [kernels.SILU, kernels.CONSTANT_OUTPUT, kernels.SYNTAX_ERROR, kernels.HIDDEN_BF16, kernels.READ_API_KEY]
     timed = evaluator.latencies(SPEC, sources)
     assert [r.status for r in timed] == ["not_judged", "not_judged", "compile_error", "incorrect", "rejected"]

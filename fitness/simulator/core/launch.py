@@ -55,6 +55,7 @@ class KernelRun:
 
     outputs: Any          # NumPy array(s) (ShapeDtype in shape-only mode), structured as returned
     trace: Trace
+    declared_bytes: int = 0   # logical bytes of the tensors it declared at kernel level
 
 
 def signature(values) -> tuple:
@@ -101,7 +102,10 @@ def simulate(frontend: FrontEnd, fn: Callable, args: Sequence, kwargs: dict | No
     fn = _with_kernel_globals(frontend.unwrap(fn), frontend.kernel_globals)
     kwargs = dict(kwargs or {})
     if shape_only:
-        return _execute(frontend, fn, args, kwargs, shape_only=True, plan=None)
+        run = _execute(frontend, fn, args, kwargs, shape_only=True, plan=None)
+        if plan_key is not None and run.declared_bytes > AUTO_RELEASE_BYTES:
+            _keep_plan(plan_key, release_plan(run.trace))   # a full-data run of it will need this plan
+        return run
     # uninitialised (NaN) data and hardware-like overflow are the kernel's business, not warnings
     plan = _PLAN_CACHE.get(plan_key) if plan_key is not None and release is not False else None
     if plan is None and release is None:
@@ -114,13 +118,17 @@ def simulate(frontend: FrontEnd, fn: Callable, args: Sequence, kwargs: dict | No
         if plan is None:
             plan = release_plan(_execute(frontend, fn, args, kwargs, shape_only=True, plan=None).trace)
             if plan_key is not None:
-                _PLAN_CACHE[plan_key] = plan
-                while len(_PLAN_CACHE) > _PLAN_CACHE_SIZE:
-                    _PLAN_CACHE.popitem(last=False)
+                _keep_plan(plan_key, plan)
         else:
             _PLAN_CACHE.move_to_end(plan_key)
     with blas.single_threaded(), np.errstate(all="ignore"):
         return _execute(frontend, fn, args, kwargs, shape_only=False, plan=plan)
+
+
+def _keep_plan(plan_key, plan: ReleasePlan) -> None:
+    _PLAN_CACHE[plan_key] = plan
+    while len(_PLAN_CACHE) > _PLAN_CACHE_SIZE:
+        _PLAN_CACHE.popitem(last=False)
 
 
 def _with_kernel_globals(fn: Callable, names: dict[str, Any]) -> Callable:
@@ -190,7 +198,7 @@ def _execute(frontend: FrontEnd, fn: Callable, args: Sequence, kwargs: dict, *, 
         activate(prev)
         if gc_was_enabled:
             gc.enable()
-    return KernelRun(outputs, m.trace)
+    return KernelRun(outputs, m.trace, m.declared_bytes)
 
 
 def _parameters(fn: Callable) -> list[tuple[str, Any]]:
