@@ -20,8 +20,9 @@ not_judged (never selectable, never a memory lesson). With "full" every child is
 first and the same decisions read the known verdicts: both cascades give the same survivors,
 hall of fame and memory from the same seed, since every decision is a function of the
 latencies and of the verdicts it asks for. Not covered: repairs (a child whose failure only
-a full judgement shows is repaired only under "full"), roulette and double-tournament
-selection (they ask about every child) and the asynchronous mode (it judges every child).
+a full judgement shows is repaired only under "full") and roulette and double-tournament
+selection (they ask about every child). The asynchronous mode (steady.py) decides each child
+when its latency arrives, against the population as it stands then.
 """
 
 from __future__ import annotations

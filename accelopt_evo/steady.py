@@ -45,6 +45,7 @@ import numpy as np
 from fitness.result import NOT_JUDGED
 from operators.base import Child, Context
 
+from . import cascade
 from .engine import Engine, GenerationReport
 from .individual import KernelRecord
 from .records import EvaluationLine
@@ -231,15 +232,48 @@ class AsyncEvolution:
             item.lines.append(self.engine._line(state, record, self.engine.generation + 1, True))
             self._evaluated(item, record)
             return
-        future = self.engine.evaluator.submit(state.spec, record.source)
+        evaluator = self.engine.evaluator
+        future = (evaluator.submit_latency if self.engine.latency_first else evaluator.submit)(state.spec, record.source)
         self._track(future, EVAL, functools.partial(self._judged, item, record))
 
     def _judged(self, item: _Child, record: KernelRecord, result: Any) -> None:
         state = self.engine.states[item.slot.problem]
         self.engine._give(record, result)
+        if cascade.undecided(record) and self._decides(state, record, item.parents):
+            future = self.engine.evaluator.submit(state.spec, record.source)   # its verdict now
+            self._track(future, EVAL, functools.partial(self._judged, item, record))
+            return
         item.lines.append(self.engine._line(state, record, self.engine.generation + 1, False))
         item.fresh.append(record)
         self._evaluated(item, record)
+
+    def _decides(self, state: Any, record: KernelRecord, parents: dict[str, KernelRecord]) -> bool:
+        """Whether the verdict of a child known only by its latency decides anything, against
+        the population as it stands (cascade.py, asynchronous mode): mu + 1 asks about it
+        (rehearsed, the random state restored), it would enter the hall of fame, or its speedup
+        over its best parent is outside the memory's band (a possible lesson)."""
+        asked: list[KernelRecord] = []
+
+        def optimistic(ind: KernelRecord) -> bool:
+            if ind is record:
+                asked.append(ind)
+                return True
+            return ind.valid
+
+        engine = self.engine
+        saved = engine.py_rng.getstate()
+        try:
+            engine._survivors(state, [record], optimistic)
+        finally:
+            engine.py_rng.setstate(saved)
+        hof = state.hall_of_fame
+        if asked or len(hof) < hof.maxsize or cascade.quickness(record) > cascade.quickness(hof[-1]):
+            return True
+        best = max((p.result.speedup for p in parents.values() if p.valid), default=None)
+        if best is None:
+            return False
+        ratio = record.result.speedup / best
+        return ratio >= engine.memory.improve_threshold or ratio <= 1.0 / engine.memory.regress_threshold
 
     def _evaluated(self, item: _Child, record: KernelRecord) -> None:
         if item.record is not None:      # a repair: it replaces the failed kernel

@@ -1,11 +1,11 @@
 """Latency first against full judgement (`evaluation.cascade`), on the same search.
 
     python benchmarks/cascade.py [--problems matmul gqa_full] [--gens 20] [--seed 0]
-        [--suite-dir ../shared/nkibench] [--out runs/cascade-bench] [--shape paper]
+        [--suite-dir ../shared/nkibench | --suite-dir ""] [--out runs/cascade-bench] [--shape paper]
         [--set SECTION.KEY=VALUE ...]
 
-For each problem (official kernel as baseline, simulated trn1, offline operators, a fixed
-seed): one run with `evaluation.cascade = "latency_first"` and one with `"full"`, each in its
+For each problem (official kernel as baseline, or the built-in one with --suite-dir "",
+simulated trn1, offline operators, a fixed seed): one run with `evaluation.cascade = "latency_first"` and one with `"full"`, each in its
 own run folder and evaluation cache. Prints whether the survivors, hall of fame and memory of
 every generation are identical, the evaluation time of each run (wall time of its generations,
 and the summed seconds of its evaluations), and the share of children never judged in full.
@@ -23,6 +23,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from accelopt_evo import report  # noqa: E402
+from accelopt_evo.runfolder import RunFolder  # noqa: E402
+from fitness.result import NOT_JUDGED  # noqa: E402
+
 DEFAULT_SUITE = REPO.parent / "shared" / "nkibench"
 CASCADES = ("latency_first", "full")
 
@@ -36,8 +40,9 @@ def run(problem: str, cascade: str, args: argparse.Namespace) -> Path:
     if folder.is_dir():
         cmd = [sys.executable, "-m", "accelopt_evo", "resume", str(folder), "--gens", str(args.gens)]
     else:
+        suite = ["--suite-dir", str(args.suite_dir)] if str(args.suite_dir) else []
         cmd = [sys.executable, "-m", "accelopt_evo", "run", "--gens", str(args.gens), "--problem", problem,
-               "--suite-dir", str(args.suite_dir), "--operators", "tuning", "--seed", str(args.seed),
+               *suite, "--operators", "tuning", "--seed", str(args.seed),
                "--out", str(out), "--run-id", cascade, "--no-progress",
                "--set", "evaluation.target=\"trn1\"", "--set", f"run.shape=\"{args.shape}\"",
                "--set", "run.report=false", "--set", "evaluation.heldout=\"derived\"",
@@ -62,15 +67,15 @@ def decisions(folder: Path) -> list[tuple]:
 
 def figures(folder: Path) -> dict:
     """Evaluation time and judgement counts of a run folder."""
-    lines = [json.loads(x) for x in (folder / "evaluations.jsonl").read_text().splitlines() if x.strip()]
-    fresh = [e for e in lines if not e.get("reused")]
-    children = [e for e in fresh if e.get("operator") != "baseline"]
-    not_judged = sum(1 for e in children if e["result"]["status"] == "not_judged")
-    logbook = json.loads(sorted((folder / "checkpoints").glob("gen-*.json"))[-1].read_text())["logbook"]
+    data = report.collect(RunFolder(folder))
+    fresh = [e for e in data.evaluations if not e.reused]
+    children = [e for e in fresh if e.operator != "baseline"]
+    not_judged = sum(1 for e in children if e.result.status == NOT_JUDGED)
+    logbook = data.checkpoint.logbook if data.checkpoint else {}
     wall = sum(e.get("seconds") or 0.0 for entries in logbook.values() for e in entries)
     return {"children": len(children), "not_judged": not_judged,
             "share_not_judged": not_judged / len(children) if children else 0.0,
-            "evaluation_s": round(sum(e["result"].get("seconds") or 0.0 for e in fresh), 1),
+            "evaluation_s": round(sum(e.result.seconds for e in fresh), 1),
             "generations_wall_s": round(wall, 1)}
 
 
@@ -80,7 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gens", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--shape", default="paper")
-    ap.add_argument("--suite-dir", type=Path, default=DEFAULT_SUITE)
+    ap.add_argument("--suite-dir", default=str(DEFAULT_SUITE),
+                    help='the official kernels as baselines (paper shapes only); "" for the built-in problems '
+                         'and baselines, which have smaller shapes too (--shape small)')
     ap.add_argument("--out", default=str(REPO / "runs" / "cascade-bench"))
     ap.add_argument("--set", action="append", default=[], help="extra --set for both runs")
     ap.add_argument("--json", type=Path, help="write the figures here")

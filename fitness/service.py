@@ -186,20 +186,29 @@ class Evaluator:
     def submit(self, spec: ProblemSpec, source: str) -> Future:
         """One evaluation in the background: a future of the same result `evaluate` returns.
         The asynchronous engine keeps a bounded number of these in flight."""
+        return self._submit(spec, source, FULL)
+
+    def submit_latency(self, spec: ProblemSpec, source: str) -> Future:
+        """The latency stage of one kernel in the background (see `latencies`)."""
+        if not self.traces:
+            raise RuntimeError(f"the {self.backend} backend cannot time a kernel without running it")
+        return self._submit(spec, source, LATENCY)
+
+    def _submit(self, spec: ProblemSpec, source: str, stage: str) -> Future:
         self._check_open()
         out: Future = Future()
         try:
-            key = self._key(spec, source)
+            key = self._key(spec, source, stage)
         except Exception as exc:  # as in evaluate_many: a source no one can name is a verdict
             out.set_result(_unhandled_source(spec, exc, self.backend, self.settings.target))
             return out
         baseline = self._baseline_future(spec)
-        hit = self._cache.get(key)
+        hit = self._cached(spec, source, stage)
         if hit is not None:
             raw: Future = Future()
             raw.set_result(hit)
         else:
-            raw = self._pool.submit(key, functools.partial(self._evaluate_raw, spec, source, key))
+            raw = self._pool.submit(key, functools.partial(self._evaluate_raw, spec, source, key, stage))
 
         def finish(_done: Future) -> None:
             try:

@@ -138,6 +138,11 @@ class TracingKnobEvaluator(KnobEvaluator):
         self.judged.extend(kernel_id(s) for s in sources)
         return super().evaluate_many(spec, sources, progress)
 
+    def submit_latency(self, spec, source: str) -> Future:
+        out: Future = Future()
+        out.set_result(self.latencies(spec, [source])[0])
+        return out
+
     def latencies(self, spec, sources: Sequence[str], progress: bool | str = False) -> list[EvalResult]:
         base = self.latency(registry.load(spec).baseline_source)
         out = []

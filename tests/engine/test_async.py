@@ -94,6 +94,27 @@ def test_elitism_holds_and_invalid_kernels_never_enter(tmp_path):
         best_before = best
 
 
+def test_latency_first_in_async_mode_judges_only_children_whose_verdict_decides(tmp_path):
+    from fakes import TracingKnobEvaluator
+
+    evaluators: list = []
+
+    def tracing(cfg, folder):
+        evaluators.append(TracingKnobEvaluator())
+        return evaluators[-1]
+
+    outcome = start_run(make_cfg(tmp_path, 6, "population.elitism=1"), "r", progress=False, log=quiet,
+                        evaluator_factory=tracing)
+    lines = [e for e in evaluation_lines(outcome.folder) if not e["reused"] and e["operator"] != "baseline"]
+    statuses = {e["status"] for e in lines}
+    assert "not_judged" in statuses and "ok" in statuses
+    for ck in checkpoints(outcome.folder):   # only judged, valid kernels enter
+        assert all(m["result"]["status"] == "ok" for m in ck["population"]["silu"] + ck["hall_of_fame"]["silu"])
+    valid = {e["kernel_id"] for e in lines if e["status"] == "ok"}
+    memory = checkpoints(outcome.folder)[-1]["memory"]
+    assert all(m["child_id"] in valid for m in memory if m["child_id"] in {e["kernel_id"] for e in lines})
+
+
 class SlowTuning(TuningOperators):
     """Knob tuning that takes a while and reports to a gauge while it works."""
 

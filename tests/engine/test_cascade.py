@@ -3,17 +3,24 @@ where it decides give what full knowledge gives, and ask less."""
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
 from deap import tools
 
+from accelopt_evo import config as cfgmod
 from accelopt_evo.cascade import Verdicts, quickness, undecided
 from accelopt_evo.config import SelectionSection
 from accelopt_evo.individual import new_kernel
 from accelopt_evo.memory import Candidate, OptimizationMemory
+from accelopt_evo.runfolder import RunFolder
+from accelopt_evo.runner import resume_run, start_run
 from accelopt_evo.selection import Plans, select_distinct, selection_operator, survivors, update_hall_of_fame
 from fitness.result import INCORRECT, NOT_JUDGED, OK, EvalResult
+
+from checkpoint_diff import comparable
+from fakes import TracingKnobEvaluator
 
 
 def kernel(i: int, speedup: float, status: str = OK):
@@ -145,28 +152,31 @@ def test_foresee_judges_what_a_rehearsal_asks_in_one_batch():
     assert verdicts.valid(timed[0]) and batches[-1] == ["k000", "k002"]   # a miss takes the next fastest along
 
 
-def _run(tmp_path, cascade: str, gens: int = 6, *sets: str):
-    from accelopt_evo import config as cfgmod
-    from accelopt_evo.runner import start_run
-    from fakes import TracingKnobEvaluator
-    import json
-
-    evaluators = []
-
+def _tracing(evaluators: list):
     def make(cfg, folder):
         evaluators.append(TracingKnobEvaluator())
         return evaluators[-1]
+    return make
 
+
+def _run(tmp_path, cascade: str, gens: int = 6, *sets: str):
+    evaluators: list = []
     cfg = cfgmod.resolve(sets=[f"run.gens={gens}", f"run.out={json.dumps(str(tmp_path))}", "run.shape=tiny",
                                "population.size=6", "population.offspring=8", "run.report=false",
                                f"evaluation.cascade={json.dumps(cascade)}", *sets])
-    start_run(cfg, "r", progress=False, log=lambda msg: None, evaluator_factory=make)
+    start_run(cfg, "r", progress=False, log=lambda msg: None, evaluator_factory=_tracing(evaluators))
     return tmp_path / "r", evaluators[0]
 
 
-def _decisions(folder):
-    import json
+def test_a_latency_first_run_resumed_equals_one_run_straight(tmp_path):
+    straight, _ = _run(tmp_path / "a", "latency_first", 6)
+    split, _ = _run(tmp_path / "b", "latency_first", 3)
+    resume_run(split, 6, progress=False, log=lambda msg: None, evaluator_factory=_tracing([]))
+    for gen in range(7):
+        assert comparable(RunFolder(straight).checkpoint_path(gen)) == comparable(RunFolder(split).checkpoint_path(gen))
 
+
+def _decisions(folder):
     out = []
     for path in sorted((folder / "checkpoints").glob("gen-*.json")):
         ck = json.loads(path.read_text())
