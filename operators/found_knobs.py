@@ -7,8 +7,8 @@ integers in the source. This module finds them from the AST:
   a `range`/`affine_range`/`nl.arange`/`par_dim`, an element of a shape tuple, a slice bound,
   or a factor multiplying a loop variable;
 - a *split*: a loop over a literal trip count T whose variable is scaled by a literal tile C
-  (`for i in nl.affine_range(7): ... 1024 * i`): T and C change together, their product kept
-  (7 x 1024 <-> 14 x 512).
+  (`for i in nl.affine_range(7): ... 1024 * i`) or by a named constant (`n * TILE_N`): T and C
+  change together, their product kept (7 x 1024 <-> 14 x 512).
 Candidate values come from the target's limits and the problem's shapes (`candidates`); whether
 a value is legal is for the correctness gate to decide, as for any child.
 """
@@ -77,6 +77,7 @@ class _Finder(ast.NodeVisitor):
         self.trip_literals: set[int] = set()     # id() of literals that are trip counts
         self.assigned: dict[str, list[ast.Assign]] = {}
         self.splits: list[tuple[ast.Constant, ast.Constant]] = []
+        self.named_splits: list[tuple[ast.Constant, str]] = []   # (trip literal, the constant scaling it)
 
     def _take(self, node: ast.AST) -> None:
         if _is_int(node) and node.value >= 2:
@@ -128,9 +129,13 @@ class _Finder(ast.NodeVisitor):
             for sub in ast.walk(ast.Module(body=node.body, type_ignores=[])):
                 if isinstance(sub, ast.BinOp) and isinstance(sub.op, ast.Mult):
                     for a, b in ((sub.left, sub.right), (sub.right, sub.left)):
-                        if _is_int(a) and a.value >= 2 and isinstance(b, ast.Name) and b.id == var:
+                        if not (isinstance(b, ast.Name) and b.id == var):
+                            continue
+                        if _is_int(a) and a.value >= 2:
                             self._take(a)
                             self.splits.append((trip, a))
+                        elif isinstance(a, ast.Name):
+                            self.named_splits.append((trip, a.id))
         self.generic_visit(node)
 
 
@@ -164,6 +169,9 @@ def find(source: str) -> tuple[list[FoundKnob], list[Split]]:
     splits = list({(t.value, c.value): Split(by_value[t.value], by_value[c.value])
                    for t, c in finder.splits if t.value in by_value and c.value in by_value
                    and t.value != c.value}.values())
+    named = {k.name: k for k in knobs if k.name != LITERAL}
+    splits += list({(t.value, name): Split(by_value[t.value], named[name])
+                    for t, name in finder.named_splits if t.value in by_value and name in named}.values())
     return knobs, splits
 
 

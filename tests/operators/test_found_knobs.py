@@ -45,6 +45,22 @@ def test_a_split_keeps_the_product_and_changes_every_site_together():
     assert "literal 8 -> 16 and literal 512 -> 256" in split.note
 
 
+def test_a_loop_scaled_by_a_named_constant_splits_with_it():
+    source = """
+TILE_N = 512
+def kernel(w):
+    for n in nl.affine_range(4):  # 2048 / 512
+        t = nl.load(w[0:128, n * TILE_N:(n + 1) * TILE_N])
+"""
+    knobs, splits = F.find(source)
+    assert [(s.trip.value, s.tile.name, s.tile.value) for s in splits] == [(4, "TILE_N", 512)]
+    move = next(m for m in F.moves(source, frozenset({128, 2048}), 128) if len(m.values) == 2
+                and dict((k.name, v) for k, v in m.values)["TILE_N"] == 256)
+    child = F.apply(source, move)
+    assert "TILE_N = 256" in child and "nl.affine_range(8)" in child
+    assert move.note == "literal 4 -> 8 and TILE_N 512 -> 256 (lines 2, 4)"
+
+
 def test_data_sizes_and_the_partition_tile_move_only_in_splits():
     moves = F.moves(KERNEL, frozenset({128, 4096}), 128)
     single = {(m.values[0][0].name, m.values[0][0].value) for m in moves if len(m.values) == 1}
