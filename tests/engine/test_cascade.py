@@ -169,10 +169,10 @@ def _run(tmp_path, cascade: str, gens: int = 6, *sets: str):
 
 
 def test_a_latency_first_run_resumed_equals_one_run_straight(tmp_path):
-    straight, _ = _run(tmp_path / "a", "latency_first", 6)
-    split, _ = _run(tmp_path / "b", "latency_first", 3)
-    resume_run(split, 6, progress=False, log=lambda msg: None, evaluator_factory=_tracing([]))
-    for gen in range(7):
+    straight, _ = _run(tmp_path / "a", "latency_first", 4)
+    split, _ = _run(tmp_path / "b", "latency_first", 2)
+    resume_run(split, 4, progress=False, log=lambda msg: None, evaluator_factory=_tracing([]))
+    for gen in range(5):
         assert comparable(RunFolder(straight).checkpoint_path(gen)) == comparable(RunFolder(split).checkpoint_path(gen))
 
 
@@ -191,8 +191,8 @@ BEAM = "selection.survivors=\"beam_per_plan\""
 
 @pytest.mark.parametrize("sets", [(), (BEAM,), ("selection.method=\"best\"",)])
 def test_latency_first_decides_every_generation_as_a_full_judgement_does(tmp_path, sets):
-    first, lazy = _run(tmp_path / "latency_first", "latency_first", 6, *sets)
-    full, eager = _run(tmp_path / "full", "full", 6, *sets)
+    first, lazy = _run(tmp_path / "latency_first", "latency_first", 4, *sets)
+    full, eager = _run(tmp_path / "full", "full", 4, *sets)
     assert _decisions(first) == _decisions(full)
     not_judged = sum('"not_judged"' in line for line in (first / "evaluations.jsonl").read_text().splitlines())
     if BEAM in sets:   # one single-sample plan per beam kernel: every plan's verdict decides
