@@ -62,15 +62,12 @@ class Verdicts:
         self._judge = judge
         self._queue = sorted(kernels, key=quickness, reverse=True)
         self.width = max(1, width)
-        self.asked = 0
 
     def valid(self, ind: Any) -> bool:
-        self.asked += 1
         if undecided(ind):
             rest = [k for k in self._queue if k is not ind and undecided(k)]
             self._judge([ind] + rest[: self.width - 1])
         return bool(ind.valid)
-
 
     def foresee(self, decide: Callable[[Callable[[Any], bool]], Any]) -> None:
         """Rehearse `decide` with every undecided kernel taken as valid, then judge at once

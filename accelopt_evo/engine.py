@@ -14,10 +14,11 @@ chosen among the children only, one per plan (selection.Plans.beam).
 from __future__ import annotations
 
 import ast
+import contextlib
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Iterator, Protocol, Sequence
 
 import numpy as np
 from deap import base, tools
@@ -376,12 +377,19 @@ class Engine:
 
     def _rehearse(self, state: ProblemState, problem: Problem, entrants: list[KernelRecord],
                   parents: dict[str, KernelRecord], plans: Plans, valid: Callable[[KernelRecord], bool]) -> None:
-        """`_decide` without its effects: the random state is restored, the hall of fame copied."""
+        """`_decide` without its effects (`rehearsal`)."""
+        with self.rehearsal(state) as hall_of_fame:
+            self._decide(state, problem, entrants, parents, plans, valid, hall_of_fame)
+
+    @contextlib.contextmanager
+    def rehearsal(self, state: ProblemState) -> Iterator[Any]:
+        """Decisions tried without effects: the engine's random state is restored afterwards,
+        and a copy of the hall of fame is given to update."""
         saved = self.py_rng.getstate()
         hof = tools.HallOfFame(HALL_OF_FAME_SIZE, similar=state.hall_of_fame.similar)
         hof.items, hof.keys = list(state.hall_of_fame.items), list(state.hall_of_fame.keys)
         try:
-            self._decide(state, problem, entrants, parents, plans, valid, hof)
+            yield hof
         finally:
             self.py_rng.setstate(saved)
 

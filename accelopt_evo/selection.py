@@ -70,13 +70,12 @@ def survivors(pool: Sequence[Any], size: int, elitism: int, method: str, tournam
     select_distinct(selTournament), draw for draw."""
     ranked = sorted(pool, key=key, reverse=True)    # stable: DEAP's selBest order
     elites = first_valid(ranked, valid, elitism)
+    if method == "best":
+        return first_valid(ranked, valid, size)
     rest = [ind for ind in pool if all(ind is not e for e in elites)]
     chosen: list[Any] = []
     while rest and len(chosen) < size - len(elites):
-        if method == "best":
-            pick = next(iter(first_valid(sorted(rest, key=key, reverse=True), valid, 1)), None)
-        else:
-            pick = _tournament(rest, tournament_size, rng, valid, key)
+        pick = _tournament(rest, tournament_size, rng, valid, key)
         if pick is None:
             break
         chosen.append(pick)

@@ -49,6 +49,7 @@ from . import cascade
 from .engine import Engine, GenerationReport
 from .individual import KernelRecord
 from .records import EvaluationLine
+from .selection import update_hall_of_fame
 
 POLL_S = 0.5          # how often the progress display is refreshed while nothing finishes
 SHOWN_LABELS = 4      # in-flight work named in the progress display; the rest are counted
@@ -249,9 +250,9 @@ class AsyncEvolution:
 
     def _decides(self, state: Any, record: KernelRecord, parents: dict[str, KernelRecord]) -> bool:
         """Whether the verdict of a child known only by its latency decides anything, against
-        the population as it stands (cascade.py, asynchronous mode): mu + 1 asks about it
-        (rehearsed, the random state restored), it would enter the hall of fame, or its speedup
-        over its best parent is outside the memory's band (a possible lesson)."""
+        the population as it stands (cascade.py, asynchronous mode): mu + 1 or the hall of fame
+        asks about it (rehearsed: Engine.rehearsal), or its speedup over its best parent is
+        outside the memory's band (a possible lesson)."""
         asked: list[KernelRecord] = []
 
         def optimistic(ind: KernelRecord) -> bool:
@@ -261,13 +262,10 @@ class AsyncEvolution:
             return ind.valid
 
         engine = self.engine
-        saved = engine.py_rng.getstate()
-        try:
+        with engine.rehearsal(state) as hall_of_fame:
             engine._survivors(state, [record], optimistic)
-        finally:
-            engine.py_rng.setstate(saved)
-        hof = state.hall_of_fame
-        if asked or len(hof) < hof.maxsize or cascade.quickness(record) > cascade.quickness(hof[-1]):
+            update_hall_of_fame(hall_of_fame, state.population + [record], optimistic, cascade.quickness)
+        if asked:
             return True
         best = max((p.result.speedup for p in parents.values() if p.valid), default=None)
         if best is None:

@@ -150,9 +150,12 @@ class Evaluator:
         and timed, its correctness not computed (status not_judged, with latency, profile and
         speedup), or the verdict of a kernel that fails already there (policy, compile error,
         precision, timeout). A kernel judged in full before answers with that result."""
+        self._require_traces()
+        return self._many(spec, sources, progress, LATENCY)
+
+    def _require_traces(self) -> None:
         if not self.traces:
             raise RuntimeError(f"the {self.backend} backend cannot time a kernel without running it")
-        return self._many(spec, sources, progress, LATENCY)
 
     def _many(self, spec: ProblemSpec, sources: Sequence[str], progress: bool | str, stage: str) -> list[EvalResult]:
         self._check_open()
@@ -172,7 +175,7 @@ class Evaluator:
             keys.append(key)
             if key in ready or key in futures:
                 continue
-            hit = self._cached(spec, source, stage)
+            hit = self._cached(spec, source, stage, key)
             if hit is not None:
                 ready[key] = dataclasses.replace(hit, seconds=time.monotonic() - started)
             else:
@@ -190,8 +193,7 @@ class Evaluator:
 
     def submit_latency(self, spec: ProblemSpec, source: str) -> Future:
         """The latency stage of one kernel in the background (see `latencies`)."""
-        if not self.traces:
-            raise RuntimeError(f"the {self.backend} backend cannot time a kernel without running it")
+        self._require_traces()
         return self._submit(spec, source, LATENCY)
 
     def _submit(self, spec: ProblemSpec, source: str, stage: str) -> Future:
@@ -203,7 +205,7 @@ class Evaluator:
             out.set_result(_unhandled_source(spec, exc, self.backend, self.settings.target))
             return out
         baseline = self._baseline_future(spec)
-        hit = self._cached(spec, source, stage)
+        hit = self._cached(spec, source, stage, key)
         if hit is not None:
             raw: Future = Future()
             raw.set_result(hit)
@@ -268,13 +270,11 @@ class Evaluator:
         gate_settings = [list(s.seeds), list(s.heldout_seeds), s.rel_tol] + ([LATENCY] if stage == LATENCY else [])
         return cache_key(source, spec, self.backend, self.target, gate_settings, self._version, self._context)
 
-    def _cached(self, spec: ProblemSpec, source: str, stage: str) -> EvalResult | None:
-        """The cached result of `stage`; for the latency stage a full judgement's, when there is
-        one, answers first (it says more)."""
-        hit = self._cache.get(self._key(spec, source, FULL))
-        if hit is None and stage == LATENCY:
-            hit = self._cache.get(self._key(spec, source, LATENCY))
-        return hit
+    def _cached(self, spec: ProblemSpec, source: str, stage: str, key: str) -> EvalResult | None:
+        """The cached result of `stage` (its cache key `key`); for the latency stage a full
+        judgement's, when there is one, answers first (it says more)."""
+        hit = self._cache.get(self._key(spec, source, FULL)) if stage == LATENCY else None
+        return hit if hit is not None else self._cache.get(key)
 
     @property
     def _context(self) -> list[str] | None:
@@ -303,7 +303,7 @@ class Evaluator:
     def _evaluate_raw(self, spec: ProblemSpec, source: str, key: str, stage: str = FULL) -> EvalResult:
         """The result without speedup and percent of peak (those depend on the baseline)."""
         started = time.monotonic()
-        hit = self._cached(spec, source, stage)
+        hit = self._cached(spec, source, stage, key)
         if hit is not None:
             return dataclasses.replace(hit, seconds=time.monotonic() - started)
         try:

@@ -53,7 +53,6 @@ def main() -> None:
     started = time.monotonic()
     request = json.loads(sys.stdin.buffer.read())
     apply_limits(request["limits"])
-    request["started"] = started
     channel = os.fdopen(int(request["channel_fd"]), "w")
 
     def send(**message: Any) -> None:
@@ -61,7 +60,7 @@ def main() -> None:
         channel.flush()
 
     try:
-        evaluate(request, send)
+        evaluate(request, send, started)
     except BaseException as exc:  # report everything; the parent maps a silent death to `crashed`
         status, message = classify(exc, request.get("limits", {}).get("memory_mb"))
         if status == "compile_error":   # not raised by the kernel: an internal failure
@@ -72,7 +71,7 @@ def main() -> None:
         channel.close()
 
 
-def evaluate(request: dict[str, Any], send: Send) -> None:
+def evaluate(request: dict[str, Any], send: Send, started: float) -> None:
     from . import guard, policy
 
     source = request["source"]
@@ -130,7 +129,7 @@ def evaluate(request: dict[str, Any], send: Send) -> None:
         if measured is None:
             return
         first = (None, shape_trace)
-        budget = time_budget(time.monotonic() - request.get("started", time.monotonic()), seed_s, len(cases))
+        budget = time_budget(time.monotonic() - started, seed_s, len(cases))
         if request.get("stage") != LATENCY:
             raise_cpu_limit(budget + 5)   # the sandbox stretches its deadline to the same budget
         send(event="traced", latency_ms=measured[0], profile=measured[1], dtypes=dtypes, budget_s=budget)
