@@ -142,7 +142,9 @@ def test_ray_gives_the_verdicts_of_the_local_executor(ray_evaluator, tmp_path):
 
 
 def test_in_flight_names_the_ray_worker(ray_evaluator):
-    futures = [ray_evaluator.submit(SPEC, variant(100 + i)) for i in range(4)]
+    # kernels that take a while to load, so that a loaded machine's polling still sees them run
+    slow = [variant(100 + i) + "PAUSE = sum(range(20_000_000))\n" for i in range(4)]
+    futures = [ray_evaluator.submit(SPEC, source) for source in slow]
     seen: set[str] = set()
     while not all(f.done() for f in futures):
         seen.update(ray_evaluator.in_flight())
