@@ -1,7 +1,7 @@
 """Verdicts of the evaluation service on fixed kernel sets, dumped to JSON, so that a change
 meant to make evaluation cheaper can be checked field by field against the code before it.
 
-    python benchmarks/identity.py --out before.json [--groups official baselines corpus]
+    python benchmarks/identity.py --out before.json [--groups official baselines corpus] [--workers N]
     python benchmarks/identity.py --compare before.json after.json
 
 Groups: `official`, the 14 NKIBench kernels at the paper's shapes (`--suite-dir`); `baselines`,
@@ -10,12 +10,15 @@ examples, at `--baseline-shape` (default small; an example without it at small, 
 evaluation tests (`tests/fitness/eval_kernels.py`, `adversarial_kernels.py`) on silu's tiny
 shape with the integrity tests' settings. Held-out seeds are fixed values, so that two dumps
 judge the same inputs. Each record has status, error, latency, profile, dialect and the
-seconds the evaluation took (the one field expected to differ).
+seconds the evaluation took (the one field expected to differ). Kernels are judged one at a
+time: with `--workers 2` each is judged with a worker idle, so its later seeds run in a second
+kernel process (the same verdicts are expected as with one worker).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -42,17 +45,17 @@ def _record(result) -> dict:
     return {**{f: getattr(result, f) for f in FIELDS}, "seconds": result.seconds}
 
 
-def official(out: dict, suite: str, names: list[str] | None, saved) -> None:
+def official(out: dict, suite: str, names: list[str] | None, saved, workers: int = 1) -> None:
     summary = json.loads((Path(suite) / "summary.json").read_text())
-    with Evaluator(PAPER_SETTINGS) as ev:
+    with Evaluator(dataclasses.replace(PAPER_SETTINGS, workers=workers)) as ev:
         for name in names or list(summary):
             spec = make_spec(name, suite_dir=suite)
             out[spec.label()] = _record(ev.evaluate(spec, load(spec).baseline_source))
             saved(f"official {spec.label()}: {out[spec.label()]['status']} {out[spec.label()]['seconds']:.1f} s")
 
 
-def baselines(out: dict, shape: str, saved) -> None:
-    with Evaluator(PAPER_SETTINGS) as ev:
+def baselines(out: dict, shape: str, saved, workers: int = 1) -> None:
+    with Evaluator(dataclasses.replace(PAPER_SETTINGS, workers=workers)) as ev:
         specs = [make_spec(name, shape, dialect=dialect) for name in builtin_names() for dialect in baseline_dialects(name)]
         specs += [make_spec(name, next(s for s in (shape, "small", "tiny", "paper") if s in shape_names(name)))
                   for name in example_names()]
@@ -61,12 +64,12 @@ def baselines(out: dict, shape: str, saved) -> None:
             saved("")
 
 
-def corpus(out: dict, saved) -> None:
+def corpus(out: dict, saved, workers: int = 1) -> None:
     import adversarial_kernels
     import eval_kernels
 
     spec = make_spec("silu", "tiny")
-    with Evaluator(CORPUS_SETTINGS) as ev:
+    with Evaluator(dataclasses.replace(CORPUS_SETTINGS, workers=workers)) as ev:
         for module in (eval_kernels, adversarial_kernels):
             for name, value in sorted(vars(module).items()):
                 if name.isupper() and isinstance(value, str) and "def " in value:
@@ -98,6 +101,8 @@ def main() -> int:
     parser.add_argument("--kernels", nargs="+", help="official kernels to judge (default: all)")
     parser.add_argument("--baseline-shape", default="small")
     parser.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"))
+    parser.add_argument("--workers", type=int, default=1,
+                        help="evaluator workers (2: each kernel's later seeds run in a second process)")
     args = parser.parse_args()
     if args.compare:
         before, after = (json.loads(Path(p).read_text()) for p in args.compare)
@@ -117,11 +122,11 @@ def main() -> int:
     for group in args.groups:
         out = dump[group] = {}
         if group == "official":
-            official(out, args.suite_dir, args.kernels, saved)
+            official(out, args.suite_dir, args.kernels, saved, args.workers)
         elif group == "baselines":
-            baselines(out, args.baseline_shape, saved)
+            baselines(out, args.baseline_shape, saved, args.workers)
         else:
-            corpus(out, saved)
+            corpus(out, saved, args.workers)
         print(f"{group}: {len(out)} kernels, {time.monotonic() - started:.0f} s so far", flush=True)
     return 0
 

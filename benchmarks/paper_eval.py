@@ -1,12 +1,13 @@
 """Evaluation cost of the official NKIBench kernels at the paper's shapes (issue 22's acceptance).
 
     python benchmarks/paper_eval.py [--suite-dir ../shared/nkibench] [--kernels silu matmul ...]
-                                    [--cold] [--floor-only] [--json out.json]
+                                    [--cold] [--floor-only] [--workers N] [--json out.json]
 
 For every kernel, in one evaluator with a run folder (as a run has): the baseline is judged
 first (this computes and caches the reference data of every seed), then a distinct variant
 (the baseline plus an unused constant, so not a cache hit) is timed: `in_run_s`, the
-evaluation time inside a run with references cached. While it runs, the kernel process's
+evaluation time inside a run with references cached (with `--workers 2` the variant is judged
+alone with a worker idle, so its later seeds run in a second kernel process). While it runs, the kernel process's
 peak resident memory (VmHWM) is sampled: `peak_mb`. `--cold` also times `python -m
 accelopt_evo eval` of the kernel file from a fresh process (`cold_eval_s`: interpreter start,
 reference data of 5 seeds and 2 secret held-out ones, the evaluation).
@@ -21,6 +22,7 @@ Figures depend on the machine and its load; the load average is recorded.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -102,21 +104,22 @@ class PeakMemory:
         self._thread.join()
 
 
-def measure(suite: str, name: str, cold: bool, rate: float, workdir: Path, floor_only: bool = False) -> dict:
+def measure(suite: str, name: str, cold: bool, rate: float, workdir: Path, floor_only: bool = False,
+            settings: EvalSettings = SETTINGS) -> dict:
     spec = make_spec(name, suite_dir=suite)
     row: dict = {"kernel": spec.label()}
-    floor = matmul_flops(spec) * (len(SETTINGS.seeds) + len(SETTINGS.heldout_seeds)) / rate
+    floor = matmul_flops(spec) * (len(settings.seeds) + len(settings.heldout_seeds)) / rate
     row["floor_s"] = floor
     if floor_only:
         return row
-    with Evaluator(SETTINGS, run_dir=workdir / name) as ev:
+    with Evaluator(settings, run_dir=workdir / name) as ev:
         t0 = time.monotonic()
         base = ev.baseline(spec)
         row["setup_s"] = time.monotonic() - t0
         with PeakMemory(ev) as mem:
             result = ev.evaluate(spec, load(spec).baseline_source + "\nVARIANT = 1\n")
         row.update(status=result.status, error=result.error, in_run_s=result.seconds, peak_mb=mem.peak_kb / 1024,
-                   memory_limit_mb=SETTINGS.memory_limit_mb, baseline_status=base.status)
+                   memory_limit_mb=settings.memory_limit_mb, baseline_status=base.status)
     if cold:
         kernel = workdir / f"{name}.py"
         kernel.write_text(load(spec).baseline_source)
@@ -135,17 +138,20 @@ def main() -> int:
     parser.add_argument("--kernels", nargs="+", help="official kernels (default: all 14)")
     parser.add_argument("--cold", action="store_true", help="also time a cold `eval` of each kernel")
     parser.add_argument("--floor-only", action="store_true", help="only the arithmetic floor (no evaluation)")
+    parser.add_argument("--workers", type=int, default=SETTINGS.workers,
+                        help="evaluator workers (2: the variant, judged alone, splits its seeds over two processes)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    settings = dataclasses.replace(SETTINGS, workers=args.workers)
     names = args.kernels or list(json.loads((Path(args.suite_dir) / "summary.json").read_text()))
     rate = gemm_rate()
-    report: dict = {"cpus": os.cpu_count(), "gemm_gflops": rate / 1e9, "load_average_before": os.getloadavg(),
+    report: dict = {"cpus": os.cpu_count(), "workers": args.workers, "gemm_gflops": rate / 1e9, "load_average_before": os.getloadavg(),
                     "rows": []}
     print(f"one-thread BLAS on 128x128x512 tiles: {rate / 1e9:.1f} GFLOP/s", flush=True)
     print(f"{'kernel':44s} {'status':8s} {'in run s':>8s} {'floor s':>8s} {'cold s':>7s} {'peak MB':>8s}", flush=True)
     with tempfile.TemporaryDirectory(prefix="accelopt-evo-paper-") as tmp:
         for name in names:
-            row = measure(args.suite_dir, name, args.cold, rate, Path(tmp), args.floor_only)
+            row = measure(args.suite_dir, name, args.cold, rate, Path(tmp), args.floor_only, settings)
             report["rows"].append(row)
             if args.floor_only:
                 print(f"{row['kernel']:44s} {'-':8s} {'-':>8s} {row['floor_s']:8.1f}", flush=True)

@@ -34,6 +34,11 @@ class EvalPool:
         future.add_done_callback(lambda _f, key=key: self._forget(key, _f))
         return future
 
+    def pending(self) -> int:
+        """Evaluations submitted and not done (running or waiting for a slot)."""
+        with self._lock:
+            return len(self._inflight)
+
     def _forget(self, key: str, future: Future) -> None:
         with self._lock:
             if self._inflight.get(key) is future:

@@ -254,11 +254,12 @@ class SpawnLauncher:
 def run(module: str, request: dict[str, Any], limits: Limits, workdir: Path,
         on_message: Callable[[dict[str, Any]], bool] | None = None, *,
         extra_env: Mapping[str, str] | None = None, registry: ProcessRegistry | None = None,
-        path: Sequence[str] = (), launcher: Launcher | None = None) -> Outcome:
+        path: Sequence[str] = (), launcher: Launcher | None = None,
+        cancel: threading.Event | None = None) -> Outcome:
     """Run `module.main()` sandboxed in `workdir` and feed it `request`.
 
     `on_message` gets each JSON message the child reports and returns False to end the child
-    early. Whatever happens (also an exception in `on_message`), the child's process group is
+    early; `cancel`, once set, ends it too (within a fraction of a second). Whatever happens (also an exception in `on_message`), the child's process group is
     killed and the child reaped before this returns.
     """
     start = time.monotonic()
@@ -284,7 +285,7 @@ def run(module: str, request: dict[str, Any], limits: Limits, workdir: Path,
     captures = {"stdout": _Capture(limits.output_bytes), "stderr": _Capture(limits.output_bytes)}
     kill_now = True   # until the child's streams closed on their own
     try:
-        outcome.timed_out, outcome.stopped = _pump(child, payload, ours, captures, deadline, on_message)
+        outcome.timed_out, outcome.stopped = _pump(child, payload, ours, captures, deadline, on_message, cancel)
         kill_now = outcome.timed_out or outcome.stopped
     finally:
         if kill_now or not child.wait_exit(max(deadline.at - time.monotonic(), 0)):
@@ -307,7 +308,8 @@ def run(module: str, request: dict[str, Any], limits: Limits, workdir: Path,
 
 
 def _pump(child: Child, payload: bytes, fds: list[int], captures: dict[str, _Capture], deadline: Deadline,
-          on_message: Callable[[dict[str, Any]], bool] | None) -> tuple[bool, bool]:
+          on_message: Callable[[dict[str, Any]], bool] | None,
+          cancel: threading.Event | None = None) -> tuple[bool, bool]:
     """Write the request and read the child's streams until they close or the child has exited
     (a process it left behind may hold them open); returns (timed_out, stopped). A message
     carrying `budget_s` stretches the deadline (Deadline.stretch).
@@ -328,6 +330,8 @@ def _pump(child: Child, payload: bytes, fds: list[int], captures: dict[str, _Cap
             remaining = deadline.at - time.monotonic()
             if remaining <= 0:
                 return True, False
+            if cancel is not None and cancel.is_set():
+                return False, True
             # Once the child is gone, whatever it wrote is already in the pipes: drain them.
             events = sel.select(0 if exited else min(remaining, 0.2))
             if exited and not events:

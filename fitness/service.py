@@ -111,9 +111,9 @@ class Evaluator:
         # Reference data outlives the evaluator in the cache folder (computing it costs more
         # than judging a kernel at paper shapes); without one it lives as long as the evaluator.
         self._refs = ReferenceStore(reference_root(settings, self.run_dir) or self._tmp / "references")
+        self._pool = EvalPool(self._slots(workers))
         self._launcher = self._open_launcher(workers)
         self._processes = self._launcher.processes if self._launcher else sandbox.ProcessRegistry()
-        self._pool = EvalPool(self._slots(workers))
         self._version = evaluator_version()
         self._lock = threading.Lock()
         self._baselines: dict[ProblemSpec, Future] = {}
@@ -255,7 +255,8 @@ class Evaluator:
         """What starts this evaluator's kernel processes: one NeuronCore leased per evaluation
         on the trainium backend, the pool slot's own on the simulator."""
         cores = CoreLeases(workers) if self.backend == "trainium" else None
-        return KernelLauncher(self.settings, self.backend, self.target, self._worker_options(), self._tmp, cores=cores)
+        return KernelLauncher(self.settings, self.backend, self.target, self._worker_options(), self._tmp, cores=cores,
+                              slots=workers if self.backend == "simulator" else 0, demand=self._pool.pending)
 
     def _slots(self, workers: int) -> int:
         """How many evaluations run at a time."""
@@ -398,8 +399,15 @@ class KernelLauncher:
     calling pool thread's slot does."""
 
     def __init__(self, settings: EvalSettings, backend: str, target: str, options: dict[str, Any], scratch: Path,
-                 *, cores: CoreLeases | None = None, core: int | None = None, name: str = "") -> None:
+                 *, cores: CoreLeases | None = None, core: int | None = None, name: str = "",
+                 slots: int = 0, demand: Callable[[], int] | None = None) -> None:
         self.settings = settings
+        # `slots` kernel processes at a time (the evaluator's workers; 0: no limit here), and
+        # `demand()`, how many judgements are submitted and not done (a spare slot is one no
+        # judgement will want while this one runs).
+        self._slots = threading.BoundedSemaphore(slots) if slots else None
+        self._slot_count = slots
+        self._demand = demand
         self.backend = backend
         self.target = target
         self.options = options
@@ -409,6 +417,28 @@ class KernelLauncher:
         self.limits = sandbox.Limits(settings.timeout_s, settings.memory_limit_mb, toolchain=backend == "trainium")
         self.processes = sandbox.ProcessRegistry()
         self._forkserver: ForkServer | None = ForkServer(FORK_PRELOAD, scratch) if backend == "simulator" else None
+
+    @contextlib.contextmanager
+    def slot(self) -> Iterator[None]:
+        """One kernel process's share of the evaluator's workers (waits for one)."""
+        if self._slots is None:
+            yield
+            return
+        with self._slots:
+            yield
+
+    @contextlib.contextmanager
+    def spare(self) -> Iterator[bool]:
+        """A second share for the same judgement, taken only when one is idle now (True): its
+        later seeds then run beside the earlier ones instead of after them."""
+        idle = self._slots is not None and (self._demand is None or self._demand() < self._slot_count)
+        got = idle and self._slots.acquire(blocking=False)
+        try:
+            yield got
+        finally:
+            if got:
+                assert self._slots is not None
+                self._slots.release()
 
     @contextlib.contextmanager
     def _placement(self) -> Iterator[tuple[str, dict[str, str] | None]]:
@@ -425,28 +455,29 @@ class KernelLauncher:
         return f"{self.name} {core}" if self.name else core
 
     def run(self, request: dict[str, Any], workdir: Path, on_message: Callable[[dict[str, Any]], bool],
-            running: Callable[[str], ContextManager[Any]] | None = None) -> tuple[sandbox.Outcome, str]:
+            running: Callable[[str], ContextManager[Any]] | None = None,
+            cancel: threading.Event | None = None) -> tuple[sandbox.Outcome, str]:
         """The kernel process's outcome and the worker label it ran under; `running(worker)`
-        is entered while it runs (in-flight displays)."""
+        is entered while it runs (in-flight displays); `cancel`, once set, ends it."""
         with self._placement() as (worker, env), (running(worker) if running else contextlib.nullcontext()):
             if env is not None:
                 outcome = sandbox.run("fitness.worker", request, self.limits, workdir, on_message,
-                                      extra_env=env, registry=self.processes)
+                                      extra_env=env, registry=self.processes, cancel=cancel)
             else:
-                outcome = self._run_forked(request, workdir, on_message)
+                outcome = self._run_forked(request, workdir, on_message, cancel)
         return outcome, worker
 
-    def _run_forked(self, request: dict[str, Any], workdir: Path,
-                    on_message: Callable[[dict[str, Any]], bool]) -> sandbox.Outcome:
+    def _run_forked(self, request: dict[str, Any], workdir: Path, on_message: Callable[[dict[str, Any]], bool],
+                    cancel: threading.Event | None) -> sandbox.Outcome:
         """Run the kernel process from the fork server; spawn it if the server cannot start."""
         launcher = self._forkserver
         outcome = sandbox.run("fitness.worker", request, self.limits, workdir, on_message,
-                              registry=self.processes, launcher=launcher)
+                              registry=self.processes, launcher=launcher, cancel=cancel)
         if outcome.spawn_error and launcher is not None:
             self._forkserver = None   # from now on every kernel process is spawned
             launcher.close()
             outcome = sandbox.run("fitness.worker", request, self.limits, workdir, on_message,
-                                  registry=self.processes)
+                                  registry=self.processes, cancel=cancel)
         return outcome
 
     def close(self) -> None:
@@ -497,17 +528,30 @@ def judge_cases(spec: ProblemSpec, source: str, cases: Callable[[], list[Case]],
     workdir = Path(tempfile.mkdtemp(prefix=_scratch_prefix(KERNEL_PREFIX), dir=_work_root()))
     try:
         tolerances = [settings.rel_tol or problem.tolerance_for(d) for d in declared]
-        judge = _Judge(problem, seeds, tolerances, declared, limit, workdir)
         request = {
             "source": source, "problem": [spec.name, list(spec.params), spec.suite_dir],
             "backend": launcher.backend, "target": launcher.target,
             "options": launcher.options, "stage": stage,
-            "cases": [{"label": c.label, "inputs": c.data.request_inputs()} for c in seeds],
             "outputs": [{"shape": list(shape), "dtype": arrays.dtype_name(d)}
                         for shape, d in zip(_shapes(data.expected), declared)],
         }
-        outcome, worker = launcher.run(request, workdir, judge.on_message, running)
-        result = judge.result(outcome, settings.timeout_s, stage)
+
+        def part(first: int, stop: int, folder: Path) -> tuple[_Judge, dict[str, Any]]:
+            """The judge and the request of seeds [first, stop)."""
+            cases = seeds[first:stop]
+            judge = _Judge(problem, cases, tolerances, declared, limit, folder, first=first, total=len(seeds))
+            return judge, dict(request, cases=[{"label": c.label, "inputs": c.data.request_inputs()} for c in cases])
+
+        # The later seeds of a judgement take a second kernel process when a worker is idle
+        # (a lone judgement: `eval`, a baseline, the few children latency first judges).
+        splittable = stage == FULL and launcher.backend == "simulator" and len(seeds) > 1
+        with launcher.slot(), (launcher.spare() if splittable else contextlib.nullcontext(False)) as spare:
+            if spare:
+                result, judge, worker = _judge_split(part, len(seeds), workdir, launcher, running, settings.timeout_s)
+            else:
+                judge, whole = part(0, len(seeds), workdir)
+                outcome, worker = launcher.run(whole, workdir, judge.on_message, running)
+                result = judge.result(outcome, settings.timeout_s, stage)
         if result.ok and launcher.backend == "simulator":
             result = below_bound(problem, result, launcher.target)
         if result.ok and keep is not None and judge.artifacts:
@@ -516,6 +560,60 @@ def judge_cases(spec: ProblemSpec, source: str, cases: Callable[[], list[Case]],
         return result
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _judge_split(part: Callable[[int, int, Path], tuple["_Judge", dict[str, Any]]], seeds: int, workdir: Path,
+                 launcher: KernelLauncher, running: Callable[[str], ContextManager[Any]] | None,
+                 timeout_s: float) -> tuple[EvalResult, "_Judge", str]:
+    """Judge seeds [0, h) in this thread's kernel process and [h, seeds) in a second one
+    beside it; (result, the earlier seeds' judge, worker). The verdict is the one of a single
+    process: the first failing seed in seed order decides (an earlier seed's failure cancels
+    the later seeds' process; a later seed's failure waits for the earlier seeds to pass), and
+    both processes must time the same trace."""
+    h = (seeds + 1) // 2
+    later_dir = Path(tempfile.mkdtemp(prefix=_scratch_prefix(KERNEL_PREFIX), dir=_work_root()))
+    earlier, earlier_request = part(0, h, workdir)
+    later, later_request = part(h, seeds, later_dir)
+    cancel = threading.Event()
+    ended: dict[str, Any] = {}
+
+    def run_later() -> None:
+        try:
+            ended["outcome"] = launcher.run(later_request, later_dir, later.on_message, running, cancel)[0]
+        except BaseException as exc:  # noqa: BLE001 - raised in the judging thread below
+            ended["error"] = exc
+
+    thread = threading.Thread(target=run_later, name=f"{threading.current_thread().name} (later seeds)", daemon=True)
+    thread.start()
+    try:
+        def on_earlier(message: dict[str, Any]) -> bool:
+            if earlier.on_message(message):
+                return True
+            cancel.set()   # an earlier seed failed: it decides, the later seeds are not needed
+            return False
+
+        outcome, worker = launcher.run(earlier_request, workdir, on_earlier, running)
+        result = earlier.result(outcome, timeout_s, FULL)
+        if not result.ok:
+            cancel.set()
+    except BaseException:
+        cancel.set()
+        raise
+    finally:
+        thread.join()
+        shutil.rmtree(later_dir, ignore_errors=True)
+    if "error" in ended:
+        raise ended["error"]
+    if not result.ok:
+        return result, earlier, worker
+    rest = later.result(ended["outcome"], timeout_s, FULL)
+    if not rest.ok:
+        return rest, earlier, worker
+    if (rest.latency_ms, rest.profile) != (result.latency_ms, result.profile):
+        return EvalResult(COMPILE_ERROR, "two runs of the kernel on the same shapes traced different instruction "
+                                         "streams; NKI fixes a kernel's instructions when it is traced",
+                          latency_ms=result.latency_ms, profile=result.profile), earlier, worker
+    return result, earlier, worker
 
 
 def below_bound(problem: Problem, result: EvalResult, target: str) -> EvalResult:
@@ -544,9 +642,11 @@ class _Judge:
     """Judges the outputs a kernel process reports, seed by seed, in the engine process."""
 
     def __init__(self, problem: Problem, cases: list[Case], tolerances: list[float], dtypes: list[np.dtype],
-                 limit: precision.Floor, workdir: Path) -> None:
+                 limit: precision.Floor, workdir: Path, *, first: int = 0, total: int | None = None) -> None:
         self.problem = problem
         self.cases = cases
+        self.first = first               # the index of cases[0] among the judgement's seeds
+        self.total = len(cases) if total is None else total
         self.tolerances = tolerances     # per output
         self.dtypes = dtypes             # the dtype of each output a kernel must return
         self.limit = limit
@@ -622,7 +722,7 @@ class _Judge:
         if self.failure is not None:
             return self.failure
         progress = ("while tracing it shape-only" if stage == LATENCY
-                    else f"after {self.judged} of {len(self.cases)} seeds")
+                    else f"after {self.first + self.judged} of {self.total} seeds")
         if outcome.timed_out:
             limit = round(max(outcome.limit_s, timeout_s), 1)   # stretched for a kernel expecting more work
             return TIMEOUT, f"the evaluation exceeded the time limit of {limit:g} s (wall clock), {progress}"
