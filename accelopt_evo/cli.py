@@ -1,5 +1,5 @@
-"""`python -m accelopt_evo` / `accelopt-evo`: run, resume, eval, problems, report, model-check,
-doctor, measure, calibrate.
+"""`python -m accelopt_evo` / `accelopt-evo`: run, resume, eval, problems, report, serve,
+model-check, doctor, measure, calibrate.
 
 Every error a user can cause ends with one line on stderr and exit status 2.
 """
@@ -10,8 +10,9 @@ import argparse
 import contextlib
 import json
 import sys
+import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from fitness.simulator.dialect import IMPORTS as DIALECT_IMPORTS
 from nkibench.problem import DIALECT_OF_NAME
@@ -21,6 +22,7 @@ from .errors import UserError
 from .records import figure_label
 
 EXIT_USAGE = 2
+DEFAULT_PORT = 8765
 
 
 class _Parser(argparse.ArgumentParser):
@@ -53,6 +55,18 @@ def _target_overrides(args: argparse.Namespace, overrides: dict[str, Any]) -> di
     return overrides
 
 
+def _serve_flags(p: argparse.ArgumentParser, alone: bool) -> None:
+    with_serve = "" if alone else " (with --serve)"
+    if not alone:
+        p.add_argument("--serve", action="store_true",
+                       help="follow the run on a local web page while it runs (README: Watch a run)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help=f"address the page listens on{with_serve} (default 127.0.0.1: this machine only; "
+                        f"another address lets anyone who reaches it read the run's kernels)")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT,
+                   help=f"port of the page{with_serve} (default {DEFAULT_PORT}; 0 picks a free one)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="accelopt-evo", description="Evolutionary, LLM-driven optimization of Trainium NKI kernels.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -78,11 +92,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-progress", action="store_true", help="no progress bars")
     _target_flags(run)
     _config_flags(run)
+    _serve_flags(run, alone=False)
 
     resume = sub.add_parser("resume", help="continue a run from its newest checkpoint")
     resume.add_argument("run_dir", metavar="RUN_DIR")
     resume.add_argument("--gens", type=int, help="new total number of generations (default: the run's)")
     resume.add_argument("--no-progress", action="store_true", help="no progress bars")
+    _serve_flags(resume, alone=False)
 
     ev = sub.add_parser("eval", help="evaluate one kernel file")
     ev.add_argument("kernel", metavar="KERNEL.py")
@@ -108,6 +124,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     rep = sub.add_parser("report", help="write RUN_DIR/report.md and RUN_DIR/plots/*.png")
     rep.add_argument("run_dir", metavar="RUN_DIR")
+
+    srv = sub.add_parser("serve", help="a local web page following run folders as they grow (read-only)")
+    srv.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run folder(s); several are drawn side by side")
+    _serve_flags(srv, alone=True)
 
     mc = sub.add_parser("model-check", help="compare the performance model with hardware measurements")
     mc.add_argument("--measurements", required=True, metavar="FILE.json",
@@ -175,8 +195,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.operators:
         overrides["operators"] = {"kind": args.operators}
     cfg = _resolve(args, _target_overrides(args, overrides))
-    outcome = start_run(cfg, args.run_id or new_run_id(), progress=not args.no_progress)
-    _print_outcome(outcome)
+    run_id = args.run_id or new_run_id()
+    with _serving(args, Path(cfg.run.out) / run_id):
+        _print_outcome(start_run(cfg, run_id, progress=not args.no_progress))
     return 0
 
 
@@ -200,7 +221,54 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
     if args.gens is not None and args.gens < 0:
         raise UserError("--gens must be >= 0")
-    _print_outcome(resume_run(args.run_dir, args.gens, progress=not args.no_progress))
+    with _serving(args, args.run_dir):
+        _print_outcome(resume_run(args.run_dir, args.gens, progress=not args.no_progress))
+    return 0
+
+
+@contextlib.contextmanager
+def _serving(args: argparse.Namespace, run_dir: str | Path) -> Iterator[None]:
+    """With --serve, the run's page while the body runs, and after it until Ctrl-C."""
+    if not args.serve:
+        yield
+        return
+    server = _start_page([run_dir], args, exist=False)
+    try:
+        yield
+        print(f"the run is over; its page stays at {server.url} until Ctrl-C", flush=True)
+        _wait_for_interrupt()
+    finally:
+        server.close()
+
+
+def _start_page(run_dirs: Sequence[str | Path], args: argparse.Namespace, exist: bool = True) -> Any:
+    """The page of the run folders, started; `exist`: they must be run folders already."""
+    from .serve.follow import follow
+    from .serve.server import start
+
+    if not 0 <= args.port <= 65535:
+        raise UserError(f"--port {args.port} is not a port (0-65535)")
+    server = start(follow(list(run_dirs), exist=exist), args.host, args.port)
+    print(f"page: {server.url}", flush=True)
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"caution: the page listens on {args.host}: anyone who reaches it can read the run's kernels, plans "
+              f"and memory", file=sys.stderr)
+    return server
+
+
+def _wait_for_interrupt() -> None:
+    with contextlib.suppress(KeyboardInterrupt):
+        while True:
+            time.sleep(3600)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    server = _start_page(args.run_dirs, args)
+    print("following " + ", ".join(str(p) for p in args.run_dirs) + "; Ctrl-C stops", flush=True)
+    try:
+        _wait_for_interrupt()
+    finally:
+        server.close()
     return 0
 
 
@@ -405,7 +473,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"run": cmd_run, "resume": cmd_resume, "eval": cmd_eval, "problems": cmd_problems,
-            "report": cmd_report, "model-check": cmd_model_check, "doctor": cmd_doctor,
+            "report": cmd_report, "serve": cmd_serve, "model-check": cmd_model_check, "doctor": cmd_doctor,
             "measure": cmd_measure, "calibrate": cmd_calibrate}
 
 

@@ -381,6 +381,29 @@ def read_lines(path: Path, parse: Callable[[Any], T], newest: int = SCHEMA) -> L
         text = path.read_text(encoding="utf-8", errors="replace")
     except FileNotFoundError:
         return out
+    _parse_lines(out, text, path, parse, newest)
+    return out
+
+
+def read_new_lines(path: Path, parse: Callable[[Any], T], offset: int = 0,
+                   newest: int = SCHEMA) -> tuple[Lines[T], int]:
+    """The records of the whole lines a JSONL file holds after byte `offset`, and the offset
+    after them, for a reader that follows a file as it is appended to. A last line without its
+    newline yet is left for the next read (`torn` says one is there). OSError when unreadable
+    (FileNotFoundError when missing)."""
+    with path.open("rb") as f:
+        f.seek(offset)
+        chunk = f.read()
+    end = chunk.rfind(b"\n") + 1
+    out: Lines[T] = Lines(torn=bool(chunk[end:].strip()))
+    _parse_lines(out, chunk[:end].decode("utf-8", errors="replace"), path, parse, newest, after=offset)
+    return out, offset + end
+
+
+def _parse_lines(out: Lines[T], text: str, path: Path, parse: Callable[[Any], T], newest: int,
+                 after: int | None = None) -> None:
+    """Add the records of `text` (lines of a JSONL file) to `out`. A last line cut short (no
+    newline) counts as torn, any other line that is not a JSON object as unreadable."""
     lines = [line for line in text.splitlines() if line.strip()]
     for i, line in enumerate(lines):
         try:
@@ -393,12 +416,12 @@ def read_lines(path: Path, parse: Callable[[Any], T], newest: int = SCHEMA) -> L
             else:
                 out.unreadable += 1
             continue
-        schema_of(data, f"'{path}' line {i + 1}", newest)
+        where = f"'{path}' line {i + 1}" if after is None else f"'{path}' (a line after byte {after})"
+        schema_of(data, where, newest)
         try:
             out.records.append(parse(data))
         except RecordError:
             out.incomplete += 1
-    return out
 
 
 def read_evaluations(path: Path) -> Lines[EvaluationLine]:
@@ -413,7 +436,22 @@ def rewrite_evaluations(path: Path, lines: list[EvaluationLine]) -> None:
     write_text_atomic(path, "".join(json.dumps(e.to_json(), sort_keys=True) + "\n" for e in lines))
 
 
+def read_new_evaluations(path: Path, offset: int = 0) -> tuple[Lines[EvaluationLine], int]:
+    return read_new_lines(path, EvaluationLine.from_json, offset)
+
+
 def read_llm_calls(path: Path) -> "Lines[CallRecord]":
+    parse, newest = _call_parser()
+    return read_lines(path, parse, newest)
+
+
+def read_new_llm_calls(path: Path, offset: int = 0) -> "tuple[Lines[CallRecord], int]":
+    parse, newest = _call_parser()
+    return read_new_lines(path, parse, offset, newest)
+
+
+def _call_parser() -> "tuple[Callable[[Any], CallRecord], int]":
+    """How a line of llm_calls.jsonl reads (the LLM operators own its type), and its newest schema."""
     from operators.llm.ledger import SCHEMA as LEDGER_SCHEMA, CallRecord
 
     def parse(data: Any) -> CallRecord:
@@ -422,4 +460,4 @@ def read_llm_calls(path: Path) -> "Lines[CallRecord]":
         except (TypeError, ValueError) as exc:
             raise RecordError(str(exc)) from None
 
-    return read_lines(path, parse, LEDGER_SCHEMA)
+    return parse, LEDGER_SCHEMA

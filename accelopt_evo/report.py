@@ -97,21 +97,35 @@ class RunData:
         return kind == "tuning" or (kind == "auto" and not self.setting("llm", "base_url", ""))
 
 
-def _lines(path: Path, what: str, read: Callable[[Path], Lines[Any]], notes: list[str]) -> Lines[Any]:
+def _lines(path: Path, what: str, read: Callable[[Path], Lines[Any]], notes: list[str], incomplete: str) -> Lines[Any]:
     """The records of a JSONL file; what was skipped goes to `notes`."""
     try:
         lines = read(path)
     except OSError as exc:
         notes.append(f"{what} is unreadable ({exc.strerror or exc})")
         return Lines()
+    notes += line_notes(lines, what, incomplete)
+    return lines
+
+
+def line_notes(lines: Lines[Any], what: str, incomplete: str) -> list[str]:
+    """What a reader of a JSONL file skipped, as notes; `incomplete` describes a record that is
+    JSON but not whole."""
+    notes = []
     if lines.torn:
         notes.append(f"{what}: the last line is cut short (the run was interrupted while writing it); skipped")
     if lines.unreadable:
         notes.append(f"{what}: {lines.unreadable} unreadable line(s) skipped")
-    return lines
+    if lines.incomplete:
+        notes.append(f"{what}: {lines.incomplete} {incomplete} skipped")
+    return notes
 
 
-def _read_settings(folder: RunFolder, notes: list[str]) -> dict[str, Any]:
+EVALUATION_INCOMPLETE = "record(s) without generation, problem, kernel id or status"
+CALL_INCOMPLETE = "incomplete record(s)"
+
+
+def read_settings(folder: RunFolder, notes: list[str]) -> dict[str, Any]:
     from . import config as config_mod
 
     if not folder.config.is_file():
@@ -150,7 +164,7 @@ def _read_checkpoints(folder: RunFolder, notes: list[str]) -> tuple[Checkpoint |
     return newest if readable else None, readable, dict(population)
 
 
-def _read_memory(folder: RunFolder, checkpoint: Checkpoint | None, notes: list[str]) -> list[MemoryEntry]:
+def read_memory(folder: RunFolder, checkpoint: Checkpoint | None, notes: list[str]) -> list[MemoryEntry]:
     if folder.memory.is_file():
         try:
             return list(read_memory_file(folder.memory).entries)
@@ -169,26 +183,28 @@ def collect(folder: RunFolder) -> RunData:
     """Read a run folder; never raises for missing or damaged files (they are noted), only for
     a file of a newer schema than this release reads (a UserError)."""
     notes: list[str] = []
-    settings = _read_settings(folder, notes)
+    settings = read_settings(folder, notes)
     checkpoint, gens, population = _read_checkpoints(folder, notes)
     if not folder.evaluations.is_file():
         notes.append("evaluations.jsonl is missing: outcome and progress figures come from checkpoints only")
-    lines = _lines(folder.evaluations, "evaluations.jsonl", read_evaluations, notes)
-    if lines.incomplete:
-        notes.append(f"evaluations.jsonl: {lines.incomplete} record(s) without generation, problem, "
-                     f"kernel id or status skipped")
-    calls = _lines(folder.llm_calls, "llm_calls.jsonl", read_llm_calls, notes)
-    if calls.incomplete:
-        notes.append(f"llm_calls.jsonl: {calls.incomplete} incomplete record(s) skipped")
-    memory = _read_memory(folder, checkpoint, notes)
+    lines = _lines(folder.evaluations, "evaluations.jsonl", read_evaluations, notes, EVALUATION_INCOMPLETE)
+    calls = _lines(folder.llm_calls, "llm_calls.jsonl", read_llm_calls, notes, CALL_INCOMPLETE)
+    memory = read_memory(folder, checkpoint, notes)
     data = RunData(folder, settings, checkpoint, gens, population, lines.records, calls.records, memory, notes)
+    data.notes += progress_notes(data)
+    return data
+
+
+def progress_notes(data: RunData) -> list[str]:
+    """Notes on where the run stands that only the data read tells."""
+    notes = []
     late = sorted({e.generation for e in data.evaluations if e.generation > data.last_generation})
     if late:
         notes.append(f"generation(s) {_ranges(late)} have evaluations but no checkpoint: the run is in progress or "
                      f"was interrupted there (a resume redoes them); their results are included")
-    if not folder.llm_calls.is_file() and not data.offline:
+    if not data.folder.llm_calls.is_file() and not data.offline:
         notes.append("llm_calls.jsonl is missing although the run was configured for LLM operators")
-    return data
+    return notes
 
 
 def _ranges(values: Sequence[int]) -> str:
@@ -312,9 +328,10 @@ def lineage(best: Kernel, index: dict[tuple[str, str], Kernel]) -> tuple[list[Ke
     return chain[::-1], ancestors
 
 
-def run_label(data: RunData) -> str:
+def run_label(data: RunData, problem: str | None = None) -> str:
+    """Where the run's figures (of one problem, or of all) come from: "simulated estimate for trn1"."""
     labels = sorted({figure_label(e.result.backend, e.result.target, e.result.calibration, e.result.instance_type)
-                     for e in data.evaluations if _valid(e)})
+                     for e in data.evaluations if _valid(e) and problem in (None, e.problem)})
     if not labels:
         target = data.setting("evaluation", "target", "")
         return figure_label(data.setting("evaluation", "backend", ""), target)
@@ -365,7 +382,9 @@ def _fence(text: str, lang: str = "") -> list[str]:
     return [f"{ticks}{lang}", text.rstrip("\n"), ticks]
 
 
-def _source(folder: RunFolder, kernel_id: str, problem: str | None = None) -> str | None:
+def kernel_source(folder: RunFolder, kernel_id: str, problem: str | None = None) -> str | None:
+    """A kernel's source (kernels/<id>.py; for a problem's best kernel best/<problem>.py when that is
+    missing), None when the run folder lacks it."""
     for path in (folder.kernel_path(kernel_id), folder.best / f"{problem}.py" if problem else None):
         if path is not None:
             try:
@@ -520,6 +539,15 @@ def _problem_list(data: RunData, names: list[str]) -> str:
     return ", ".join(out)
 
 
+def operators_line(data: RunData) -> str:
+    """The run's operators in a few words: "auto (LLM gpt-oss-120b)"."""
+    ops = data.setting("operators", "kind", "?")
+    # a folder written before operators.offline existed ran the declared-knob operators
+    searched = data.setting("operators", "offline", DECLARED_KNOBS) != DECLARED_KNOBS
+    offline = " (offline: knobs found in the kernels and structural rewrites)" if searched else " (offline knob tuning)"
+    return ops + (offline if data.offline else f" (LLM {data.setting('llm', 'model', '') or '?'})")
+
+
 def _header(data: RunData) -> list[str]:
     names = problems(data)
     gens = data.setting("run", "gens")
@@ -530,15 +558,10 @@ def _header(data: RunData) -> list[str]:
         progress += " (the run is in progress, was stopped by a budget, or was interrupted)"
     elif isinstance(gens, int) and reached > gens:
         progress = f"generation {reached} checkpointed (resumed beyond run.gens = {gens})"
-    ops = data.setting("operators", "kind", "?")
-    # a folder written before operators.offline existed ran the declared-knob operators
-    searched = data.setting("operators", "offline", DECLARED_KNOBS) != DECLARED_KNOBS
-    offline = " (offline: knobs found in the kernels and structural rewrites)" if searched else " (offline knob tuning)"
-    ops += offline if data.offline else f" (LLM {data.setting('llm', 'model', '') or '?'})"
     lines = [f"# Run report: {data.folder.root.name}", "",
              f"- Problems: {_problem_list(data, names)}",
              f"- Progress: {progress}",
-             f"- Operators: {ops}; seed {data.setting('run', 'seed', '?')}",
+             f"- Operators: {operators_line(data)}; seed {data.setting('run', 'seed', '?')}",
              f"- Figures: {run_label(data)}."
              + (" Simulated figures are the project's performance-model estimates for the named target, "
                 "not hardware measurements." if "simulated" in run_label(data) else ""), ""]
@@ -727,8 +750,8 @@ def _best_kernels(data: RunData, index: dict[tuple[str, str], Kernel]) -> list[s
                   f"{_f(best.speedup, '.3f', '×')} over the baseline, {_f(best.latency_ms, '.4f', ' ms')}, "
                   f"{_f(best.percent_of_peak, '.1f', '% of peak')} ({figure_label(best.backend, best.target)}). "
                   f"File: `best/{name}.py`.", ""]
-        new = _source(data.folder, best.id, name)
-        old = _source(data.folder, base.id) if base else None
+        new = kernel_source(data.folder, best.id, name)
+        old = kernel_source(data.folder, base.id) if base else None
         if new is None or old is None:
             missing = [what for what, src in (("best", new), ("baseline", old)) if src is None]
             lines += [f"No diff: the source of the {' and '.join(missing)} kernel is missing from the run folder.", ""]

@@ -121,10 +121,15 @@ class Ledger:
 
     def totals(self) -> Totals:
         """Billed use recorded in the file so far (earlier sessions of the run included)."""
-        total = Totals()
-        for r in self.records():
-            total = total.plus(r.totals())
-        return total
+        return billed_totals(self.records())
+
+
+def billed_totals(records: Iterable[CallRecord]) -> Totals:
+    """The billed use of some calls, as the budget counts it."""
+    total = Totals()
+    for r in records:
+        total = total.plus(r.totals())
+    return total
 
 
 def read_records(path: str | Path) -> list[CallRecord]:

@@ -11,12 +11,14 @@ from accelopt_evo.runfolder import RunFolder
 from accelopt_evo.runner import start_run
 from fakes import KnobEvaluator
 
-def make_run(out: Path, gens: int = 3, problems: Sequence[str] = ("silu",), run_id: str = "r") -> RunFolder:
+def make_run(out: Path, gens: int = 3, problems: Sequence[str] = ("silu",), run_id: str = "r", seed: int = 0,
+             report: bool = True) -> RunFolder:
     """A finished run of `gens` generations at shape tiny with the offline operators."""
     cfg = cfgmod.resolve(sets=[f"run.gens={gens}", f"run.out={json.dumps(str(out))}", "run.shape=tiny",
                                f"run.problems={json.dumps(list(problems))}", "population.size=6",
                                "population.offspring=6", "variation.crossover_prob=0.4",
-                               "variation.mutation_prob=0.6"])
+                               "variation.mutation_prob=0.6", f"run.seed={seed}",
+                               f"run.report={json.dumps(report)}"])
     start_run(cfg, run_id, progress=False, log=lambda _msg: None,
               evaluator_factory=lambda _cfg, _folder: KnobEvaluator(backend="simulator", failures=True))
     return RunFolder(out / run_id)
