@@ -35,12 +35,15 @@ from operators.tuning import DECLARED_KNOBS, OFFLINE_MODES, Mutation
 
 from .cascade import CASCADES, ENTRANTS, EXCLUDED, FULL, INCORRECT_RULES, LATENCY_FIRST
 from .errors import UserError
+from .islands import RING, TOPOLOGIES
 from .memory import BALANCED as MEMORY_DEFAULT_POLICY
 from .memory import POLICIES as MEMORY_POLICIES
 
 SELECTION_METHODS = ("tournament", "best", "roulette", "double_tournament")
 MU_PLUS_LAMBDA, BEAM_PER_PLAN = "mu_plus_lambda", "beam_per_plan"
 SURVIVOR_RULES = (MU_PLUS_LAMBDA, BEAM_PER_PLAN)
+ISLANDS, MAP_ELITES = "islands", "map_elites"
+STRATEGIES = (MU_PLUS_LAMBDA, ISLANDS, MAP_ELITES)
 OPERATOR_KINDS = ("auto", "llm", "tuning")
 HELDOUT_MODES = ("secret", "derived")
 RUN_MODES = ("generational", "async")
@@ -56,9 +59,13 @@ LATER_DEFAULTS = {"run.dialect": "auto", "run.mode": "generational", "run.max_in
                   "operators.offline": DECLARED_KNOBS, "operators.knob_weight": Mutation.knob_weight,
                   "operators.rewrite_weight": Mutation.rewrite_weight, "operators.rewrites": list(Mutation.rewrites),
                   "evaluation.cascade": FULL, "selection.incorrect": EXCLUDED,
+                  "selection.strategy": MU_PLUS_LAMBDA, "selection.islands": 4, "selection.migration_interval": 3,
+                  "selection.migrants": 1, "selection.topology": RING, "selection.dma_bins": 4,
+                  "variation.novelty": 0.0,
                   **LLM_LATER_DEFAULTS}
 # What a run folder written before a setting existed ran with (resumed as it ran).
-EARLIER_RELEASES = {"operators.offline": DECLARED_KNOBS, "evaluation.cascade": FULL, "selection.incorrect": EXCLUDED}
+EARLIER_RELEASES = {"operators.offline": DECLARED_KNOBS, "evaluation.cascade": FULL, "selection.incorrect": EXCLUDED,
+                    "selection.strategy": MU_PLUS_LAMBDA, "variation.novelty": 0.0}
 
 
 @dataclass
@@ -108,6 +115,18 @@ class SelectionSection:
     # without judging the children that cannot win it) | "excluded" (only correct children are
     # drawn, as in earlier releases: every child must be judged).
     incorrect: str = ENTRANTS
+    # Where parents come from and which kernels stay (README "Diversity"): "mu_plus_lambda" (one
+    # population, as above) | "islands" (islands.py: `islands` sub-populations of population.size
+    # sharing population.offspring; every `migration_interval` generations each sends its
+    # `migrants` fastest to its neighbours, `topology` "ring" or "complete") | "map_elites"
+    # (archive.py: the fastest valid kernel per cell of busiest engine x `dma_bins` bins of the
+    # DMA's share of the time; parents drawn uniformly over the occupied cells).
+    strategy: str = MU_PLUS_LAMBDA
+    islands: int = 4
+    migration_interval: int = 3
+    migrants: int = 1
+    topology: str = RING
+    dma_bins: int = 4
 
 
 @dataclass
@@ -117,6 +136,10 @@ class VariationSection:
     crossover_prob: float = 0.3
     mutation_prob: float = 0.7
     repair_attempts: int = 1
+    # Novelty (novelty.py): a child closer than this to a kernel already evaluated (a distance
+    # in [0, 1] over the normalized AST) is not evaluated but sent back to its operator once;
+    # 0 = off.
+    novelty: float = 0.0
 
 
 @dataclass
@@ -373,7 +396,20 @@ def _check(cfg: Config) -> Config:
     need(s.survivors != BEAM_PER_PLAN or cfg.run.mode == "generational", "run.mode",
          "must be \"generational\" with selection.survivors = \"beam_per_plan\" (a beam is chosen among a "
          "whole generation)")
+    need(s.strategy in STRATEGIES, "selection.strategy", f"must be one of {', '.join(STRATEGIES)}")
+    need(s.strategy == MU_PLUS_LAMBDA or s.survivors == MU_PLUS_LAMBDA, "selection.survivors",
+         f"must be \"{MU_PLUS_LAMBDA}\" with selection.strategy = \"{s.strategy}\"")
+    need(s.strategy == MU_PLUS_LAMBDA or cfg.run.mode == "generational", "run.mode",
+         f"must be \"generational\" with selection.strategy = \"{s.strategy}\"")
+    need(s.islands >= 2, "selection.islands", "must be >= 2")
+    need(s.migration_interval >= 1, "selection.migration_interval", "must be >= 1")
+    need(0 <= s.migrants <= p.size, "selection.migrants", f"must be between 0 and population.size ({p.size})")
+    need(s.topology in TOPOLOGIES, "selection.topology", f"must be one of {', '.join(TOPOLOGIES)}")
+    need(s.dma_bins >= 1, "selection.dma_bins", "must be >= 1")
     v = cfg.variation
+    need(0.0 <= v.novelty <= 1.0, "variation.novelty", "must be in [0, 1] (0 = off)")
+    need(not v.novelty or cfg.run.mode == "generational", "run.mode",
+         "must be \"generational\" with variation.novelty > 0")
     need(v.crossover_prob >= 0, "variation.crossover_prob", "must be >= 0")
     need(v.mutation_prob >= 0, "variation.mutation_prob", "must be >= 0")
     need(v.crossover_prob + v.mutation_prob > 0, "variation.mutation_prob",

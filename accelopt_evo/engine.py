@@ -9,6 +9,11 @@ records.Checkpoint). The asynchronous mode (steady.py) uses the same steps one c
 With `selection.survivors = "beam_per_plan"` (AccelOpt's beam search) the population is a beam:
 every kernel of it is mutated once (generation 0: the baseline alone), and the next beam is
 chosen among the children only, one per plan (selection.Plans.beam).
+
+`selection.strategy` "islands" (islands.py) keeps sub-populations that migrate their best, and
+"map_elites" (archive.py) an archive of the fastest kernel per behaviour cell; with
+`variation.novelty` a child too close to a kernel already evaluated is sent back to its
+operator once (novelty.py).
 """
 
 from __future__ import annotations
@@ -31,11 +36,13 @@ from nkibench.problem import Problem
 from operators.diff import kernel_diff
 from operators.base import CROSSOVER, MUTATION, Child, Context, Machine, Operators, Parent, Request
 
-from . import cascade
+from . import archive, cascade, islands
 from .cascade import ENTRANTS, FULL, LATENCY_FIRST, Verdicts
-from .config import BEAM_PER_PLAN, Config
+from .config import BEAM_PER_PLAN, ISLANDS, MAP_ELITES, Config
+from .descriptors import descriptors
 from .individual import KernelRecord, ProblemState, kernel_from_meta, new_kernel
 from .memory import Candidate, OptimizationMemory
+from .novelty import NoveltyIndex
 from .records import Checkpoint, EvaluationLine, ProblemInfo
 from .selection import Plans, select_distinct, selection_operator, survivors, update_hall_of_fame
 
@@ -67,6 +74,7 @@ class GenerationReport:
         e = self.entry
         pct = f"{e['best_percent_of_peak']:.1f}% of peak ({where})" if e["best_percent_of_peak"] else "% of peak unknown"
         dup = f", {e['duplicates']} already known" if e.get("duplicates") else ""
+        dup += f", {e['novelty_rejected']} too close to known kernels" if e.get("novelty_rejected") else ""
         bad = (f", {e['model_errors']} estimate(s) below the roofline bound (model errors, not selected)"
                if e.get("model_errors") else "")
         unjudged = f", {e['not_judged']} timed but not judged" if e.get("not_judged") else ""
@@ -137,6 +145,7 @@ class Engine:
         # problem -> (kernel arguments, precision floor, the arguments' dimensions)
         self._inputs: dict[str, tuple[str, str, frozenset[int]]] = {}
         self._machine = machine(cfg.evaluation.target)      # the target's figures for prompts
+        self._novelty: dict[str, NoveltyIndex] = {}         # problem -> evaluated kernels (novelty.py)
 
         self.toolbox = base.Toolbox()
         self.toolbox.register("select", selection_operator(cfg.selection, self.py_rng))
@@ -174,18 +183,41 @@ class Engine:
         """The beam's requests: one mutation of every valid kernel, in population order."""
         return [self.toolbox.mutate(ind) for ind in population if ind.valid]
 
-    def _requests(self, state: ProblemState, count: int, ctx: Context) -> list[Request]:
-        """Variation requests for `count` children, less than one request's worth more: each is
-        a crossover with probability cx / (cx + mut), else a mutation, and counts the children
-        the operators expect of it; all parents are drawn in one selection call (so that
-        `best` expands the top kernels in turn, as a beam search does)."""
-        parents = [ind for ind in state.population if ind.valid]
+    def _requests(self, members: Sequence[KernelRecord], count: int, ctx: Context,
+                  select: Callable[..., list] | None = None) -> list[Request]:
+        """Variation requests for `count` children of `members`, less than one request's worth
+        more: each is a crossover with probability cx / (cx + mut), else a mutation, and counts
+        the children the operators expect of it; all parents are drawn in one selection call (so
+        that `best` expands the top kernels in turn, as a beam search does)."""
+        parents = [ind for ind in members if ind.valid]
         kinds: list[str] = []
         expected = 0
         while expected < count:
             kinds.append(self._draw_kind(parents))
             expected += max(1, self.operators.children_per_request(kinds[-1], ctx))
-        return self._pick_parents(parents, kinds)
+        return self._pick_parents(parents, kinds, select)
+
+    def _generation_requests(self, state: ProblemState, generation: int, ctx: Context) -> tuple[list[Request], list[int]]:
+        """A generation's requests by `selection.strategy`, and the island each is for (0 but
+        for islands): one population's, each island's share (islands.shares), or the
+        archive's (parents drawn by archive.parents)."""
+        sel, count = self.cfg.selection, self.cfg.population.offspring
+        if self.beam:
+            requests = self._expand(state.population)
+            return requests, [0] * len(requests)
+        if sel.strategy == ISLANDS:
+            requests, tags = [], []
+            for i, n in enumerate(islands.shares(count, len(state.islands), generation)):
+                made = self._requests(state.islands[i], n, ctx) if n else []
+                requests += made
+                tags += [i] * len(made)
+            return requests, tags
+        select = None
+        if sel.strategy == MAP_ELITES:
+            def select(parents: list, k: int) -> list:
+                return archive.parents(archive.archive_of(parents, sel.dma_bins, cascade.quickness), k, self.py_rng)
+        requests = self._requests(state.population, count, ctx, select)
+        return requests, [0] * len(requests)
 
     def _draw_kind(self, parents: Sequence[KernelRecord]) -> str:
         """CROSSOVER with probability cx / (cx + mut) when there are two parents, else MUTATION."""
@@ -193,10 +225,12 @@ class Engine:
         p_cx = var.crossover_prob / (var.crossover_prob + var.mutation_prob)
         return CROSSOVER if len(parents) >= 2 and self.py_rng.random() < p_cx else MUTATION
 
-    def _pick_parents(self, parents: list[KernelRecord], kinds: list[str]) -> list[Request]:
-        """One request per kind, its parents drawn from `parents` in one selection call."""
+    def _pick_parents(self, parents: list[KernelRecord], kinds: list[str],
+                      select: Callable[..., list] | None = None) -> list[Request]:
+        """One request per kind, its parents drawn from `parents` in one selection call (`select`,
+        by default the configured selection operator)."""
         slots = sum(2 if k == CROSSOVER else 1 for k in kinds)
-        picks = self.toolbox.select(parents, slots)
+        picks = (select or self.toolbox.select)(parents, slots)
         picks = [picks[i % len(picks)] for i in range(slots)]  # selBest returns at most len(parents)
         requests, i = [], 0
         for kind in kinds:
@@ -237,6 +271,8 @@ class Engine:
             evaluate = self.evaluator.latencies if stage == LATENCY_FIRST else self.toolbox.evaluate
             for c, r in zip(fresh, evaluate(state.spec, [c.source for c in fresh], progress=self.progress and label)):
                 state.known[c.id] = r
+                if self.cfg.variation.novelty > 0:
+                    self._novelty.setdefault(state.spec.name, NoveltyIndex()).add(c.id, c.source)
         for c in candidates:
             self._give(c, state.known[c.id])
         return {c.id for c in fresh}
@@ -251,7 +287,8 @@ class Engine:
     @staticmethod
     def _line(state: ProblemState, c: KernelRecord, generation: int, reused: bool) -> EvaluationLine:
         """The log line of `c`'s evaluation as it stands."""
-        return EvaluationLine(generation, state.spec.name, c.id, c.operator, c.parent_ids, reused, c.result, c.note)
+        return EvaluationLine(generation, state.spec.name, c.id, c.operator, c.parent_ids, reused, c.result, c.note,
+                              descriptors(c.result))
 
     def _make(self, child: Child, generation: int) -> KernelRecord:
         return new_kernel(child.source, kernel_id(child.source), parent_ids=child.parent_ids,
@@ -285,12 +322,16 @@ class Engine:
                                     f"({baseline.result.status}): "
                                     f"{baseline.result.error.splitlines()[0] if baseline.result.error else ''}")
             state.population = [baseline]
+            if self.cfg.selection.strategy == ISLANDS:
+                state.islands = [[baseline] for _ in range(self.cfg.selection.islands)]
             n_mutants = self.cfg.population.size - 1
             ctx = self._context(problem)
             requests = (self._expand(state.population) if self.beam
                         else [self.toolbox.mutate(baseline) for _ in range(n_mutants)])
-            children = [c for group in self.toolbox.vary(requests, ctx) for c in group] if requests else []
-            report = self._absorb(state, problem, children, evaluations, started, generation=0, extra=[baseline])
+            tags = [i % max(1, len(state.islands)) for i in range(len(requests))]   # islands in turn
+            children, tags, rejected = self._offspring(state, requests, tags, ctx)
+            report = self._absorb(state, problem, children, evaluations, started, generation=0, extra=[baseline],
+                                  tags=tags, rejected=rejected)
             reports.append(report)
         self.generation = 0
         return reports
@@ -303,22 +344,65 @@ class Engine:
             started = time.perf_counter()
             state = self.states[name]
             ctx = self._context(problem)
-            requests = (self._expand(state.population) if self.beam
-                        else self._requests(state, self.cfg.population.offspring, ctx))
-            children = [c for group in self.toolbox.vary(requests, ctx) for c in group]
-            reports.append(self._absorb(state, problem, children, [], started, generation=gen))
+            requests, tags = self._generation_requests(state, gen, ctx)
+            children, tags, rejected = self._offspring(state, requests, tags, ctx)
+            reports.append(self._absorb(state, problem, children, [], started, generation=gen, tags=tags,
+                                        rejected=rejected))
         self.generation = gen
         return reports
 
+    def _offspring(self, state: ProblemState, requests: list[Request], tags: list[int],
+                   ctx: Context) -> tuple[list[Child], list[int], int]:
+        """The children of `requests` (one `vary` call) and the island of each (`tags`: per
+        request). With `variation.novelty`, a child too close to a kernel of the problem already
+        evaluated (novelty.py) is sent back to its operator once: its request is varied again and
+        the first child of the retry with a source (else its failure) takes its place, unless it
+        is too close as well. Also how many children were rejected so (first tries and retries)."""
+        groups = self.toolbox.vary(requests, ctx) if requests else []
+        made = [(c, tag, r) for r, (group, tag) in enumerate(zip(groups, tags)) for c in group]
+        threshold = self.cfg.variation.novelty
+        if threshold <= 0:
+            return [c for c, _, _ in made], [tag for _, tag, _ in made], 0
+        index = self._novelty.setdefault(state.spec.name, NoveltyIndex())
+
+        def near(c: Child) -> bool:
+            if c.source is None:
+                return False
+            kid = kernel_id(c.source)
+            return kid not in state.known and index.nearest(kid, c.source, threshold) is not None
+
+        rejected = [i for i, (c, _, _) in enumerate(made) if near(c)]
+        retries = self.toolbox.vary([requests[made[i][2]] for i in rejected], ctx) if rejected else []
+        again = {i: next((c for c in group if c.source is not None), group[0] if group else None)
+                 for i, group in zip(rejected, retries)}
+        children, islands_of, count = [], [], len(rejected)
+        for i, (c, tag, _) in enumerate(made):
+            if i in again:
+                c = again[i]
+                if c is None or near(c):
+                    count += c is not None
+                    continue
+            children.append(c)
+            islands_of.append(tag)
+        return children, islands_of, count
+
     def _absorb(self, state: ProblemState, problem: Problem, children: list[Child], evaluations: list[EvaluationLine],
-                started: float, generation: int, extra: Sequence[KernelRecord] = ()) -> GenerationReport:
-        """Dedupe, evaluate, repair, update memory, select survivors, record the generation."""
+                started: float, generation: int, extra: Sequence[KernelRecord] = (), tags: Sequence[int] = (),
+                rejected: int = 0) -> GenerationReport:
+        """Dedupe, evaluate, repair, update memory, select survivors, record the generation
+        (`tags`: the island of each child; `rejected`: children novelty sent back)."""
         ctx = self._context(problem)
         failed_ops = sum(1 for c in children if c.source is None)
         parents = {ind.id: ind for ind in state.population}
         taken = set(parents)
         plans = plans_of(children)
-        offspring = [ind for ind in (self._admit(c, generation, taken) for c in children) if ind is not None]
+        island_of: dict[str, int] = {}
+        offspring = []
+        for c, tag in zip(children, list(tags) + [0] * (len(children) - len(tags))):
+            ind = self._admit(c, generation, taken)
+            if ind is not None:
+                offspring.append(ind)
+                island_of[ind.id] = tag
         produced = {ind.id: ind.source for ind in [*extra, *offspring]}
         duplicates = sum(1 for c in children if c.source is not None) - len(offspring)
         label = f"gen {generation} {problem.name}"
@@ -345,41 +429,77 @@ class Engine:
             for old, new in fixed:
                 offspring[offspring.index(old)] = new
                 plans.repaired(old.id, new.id)
+                island_of[new.id] = island_of.get(old.id, 0)
 
         entrants = cascade.entrants(offspring)
         verdicts = Verdicts(lambda kernels: fresh.update(self._judge(state, kernels, f"{label} judged")),
                             entrants, self.cfg.evaluation.workers)
-        verdicts.foresee(lambda valid: self._rehearse(state, problem, entrants, parents, plans, valid))
-        lessons, state.population = self._decide(state, problem, entrants, parents, plans, verdicts.valid,
-                                                  state.hall_of_fame)
+        verdicts.foresee(lambda valid: self._rehearse(state, problem, entrants, parents, plans, valid, island_of,
+                                                      generation))
+        decision = self._decide(state, problem, entrants, parents, plans, verdicts.valid, state.hall_of_fame,
+                                island_of, generation)
+        lessons, state.population, state.islands = decision.lessons, decision.population, decision.islands
         if lessons:
             self._remember(lessons, self.operators.summarize([view for _, view in lessons], ctx), generation)
         evaluations = evaluations + [self._line(state, c, generation, c.id not in fresh) for c in evaluated + repairs]
         repaired = sum(1 for ind in repairs if ind.valid)
         counts = {"offspring": len(children), "valid": sum(1 for ind in offspring if ind.valid),
                   "duplicates": duplicates, "failed_ops": failed_ops, "repaired": repaired}
-        return self._record_generation(state, problem.name, generation, counts, evaluations, produced, started)
+        return self._record_generation(state, problem.name, generation, counts, evaluations, produced, started,
+                                       self._strategy_entry(state, decision, rejected))
+
+    def _strategy_entry(self, state: ProblemState, decision: "Decision", rejected: int) -> dict[str, Any]:
+        """The logbook fields of the strategy and of novelty (none for one population without it,
+        so that such logbooks read as earlier releases wrote them)."""
+        entry: dict[str, Any] = {}
+        if rejected:
+            entry["novelty_rejected"] = rejected
+        strategy = self.cfg.selection.strategy
+        if strategy == ISLANDS:
+            entry["islands_best"] = [max((float(ind.result.speedup) for ind in island if ind.valid), default=0.0)
+                                     for island in state.islands]
+            entry["migrated"] = decision.moved
+        elif strategy == MAP_ELITES:
+            entry["archive_cells"] = len(state.population)
+            entry["archive_placed"] = decision.placed
+        return entry
 
     def _decide(self, state: ProblemState, problem: Problem, entrants: list[KernelRecord],
                 parents: dict[str, KernelRecord], plans: Plans, valid: Callable[[KernelRecord], bool],
-                hall_of_fame: Any) -> tuple[list[tuple[Candidate, tuple[Parent, Parent, float]]], list[KernelRecord]]:
+                hall_of_fame: Any, island_of: dict[str, int] | None = None, generation: int = 0) -> "Decision":
         """A generation's decisions over its traced children, `valid` asked only where it
-        decides (cascade.py): the memory's lessons, the next population (survivors or AccelOpt's
-        beam) and the hall of fame (updated in place). Draws from the engine's py_rng."""
+        decides (cascade.py): the memory's lessons, the next population (survivors, AccelOpt's
+        beam, the islands' survivors after migration, or the MAP-Elites archive) and the hall of
+        fame (updated in place). Draws from the engine's py_rng."""
         lessons = self._lessons(problem, entrants, parents, valid)
+        sel, key = self.cfg.selection, cascade.quickness
+        groups: list[list[KernelRecord]] = []
+        moved = placed = 0
         if self.beam:
             kernels = {ind.id: ind for ind in state.population + entrants}   # a sample equal to its parent counts as it
-            population = plans.beam(state.population, kernels, self.cfg.population.size, valid, cascade.quickness)
+            population = plans.beam(state.population, kernels, self.cfg.population.size, valid, key)
+        elif sel.strategy == MAP_ELITES:
+            grid, placed = archive.insert(archive.archive_of(state.population, sel.dma_bins, key), entrants,
+                                          sel.dma_bins, valid, key)
+            population = archive.elites(grid)
+        elif sel.strategy == ISLANDS:
+            where = island_of or {}
+            groups = [self._survivors(state, [e for e in entrants if where.get(e.id, 0) == i], valid, members)
+                      for i, members in enumerate(state.islands)]
+            if generation > 0 and generation % sel.migration_interval == 0 and sel.migrants:
+                groups, moved = islands.migrate(groups, sel.migrants, sel.topology, self.cfg.population.size, key)
+            population = islands.union(groups)
         else:
             population = self._survivors(state, entrants, valid)
-        update_hall_of_fame(hall_of_fame, state.population + entrants, valid, cascade.quickness)
-        return lessons, population
+        update_hall_of_fame(hall_of_fame, state.population + entrants, valid, key)
+        return Decision(lessons, population, groups, moved, placed)
 
     def _rehearse(self, state: ProblemState, problem: Problem, entrants: list[KernelRecord],
-                  parents: dict[str, KernelRecord], plans: Plans, valid: Callable[[KernelRecord], bool]) -> None:
+                  parents: dict[str, KernelRecord], plans: Plans, valid: Callable[[KernelRecord], bool],
+                  island_of: dict[str, int] | None = None, generation: int = 0) -> None:
         """`_decide` without its effects (`rehearsal`)."""
         with self.rehearsal(state) as hall_of_fame:
-            self._decide(state, problem, entrants, parents, plans, valid, hall_of_fame)
+            self._decide(state, problem, entrants, parents, plans, valid, hall_of_fame, island_of, generation)
 
     @contextlib.contextmanager
     def rehearsal(self, state: ProblemState) -> Iterator[Any]:
@@ -394,14 +514,17 @@ class Engine:
             self.py_rng.setstate(saved)
 
     def _survivors(self, state: ProblemState, newcomers: Sequence[KernelRecord],
-                   valid: Callable[[KernelRecord], bool]) -> list[KernelRecord]:
-        """Survivor selection over the population and `newcomers` (`valid` says which are
-        valid): the best `population.elitism` stay, the rest of `population.size` is selected."""
+                   valid: Callable[[KernelRecord], bool],
+                   members: Sequence[KernelRecord] | None = None) -> list[KernelRecord]:
+        """Survivor selection over the population (or an island's `members`) and `newcomers`
+        (`valid` says which are valid): the best `population.elitism` stay, the rest of
+        `population.size` is selected."""
         size, sel = self.cfg.population.size, self.cfg.selection
+        current = list(state.population if members is None else members)
         if sel.incorrect == ENTRANTS and sel.method in ("best", "tournament"):
-            return survivors(state.population + list(newcomers), size, self.cfg.population.elitism, sel.method,
+            return survivors(current + list(newcomers), size, self.cfg.population.elitism, sel.method,
                              sel.tournament_size, self.py_rng, valid, cascade.quickness)
-        pool = state.population + [ind for ind in newcomers if valid(ind)]   # every verdict decides
+        pool = current + [ind for ind in newcomers if valid(ind)]   # every verdict decides
         elites = tools.selBest(pool, min(self.cfg.population.elitism, len(pool)))
         rest = [ind for ind in pool if all(ind is not e for e in elites)]
         return elites + select_distinct(self.toolbox.select, rest, size - len(elites))
@@ -415,9 +538,9 @@ class Engine:
 
     def _record_generation(self, state: ProblemState, problem: str, generation: int, counts: dict[str, int],
                            evaluations: list[EvaluationLine], produced: dict[str, str],
-                           started: float) -> GenerationReport:
+                           started: float, extra: dict[str, Any] | None = None) -> GenerationReport:
         """The logbook entry of a finished generation (`counts`: offspring, valid, duplicates,
-        failed_ops, repaired) and its report."""
+        failed_ops, repaired; `extra`: the strategy's fields, `_strategy_entry`) and its report."""
         best = state.hall_of_fame[0]
         entry = {
             "gen": generation,
@@ -442,6 +565,7 @@ class Engine:
         not_judged = sum(1 for e in evaluations if e.result.status == NOT_JUDGED)
         if not_judged:     # children timed whose correctness decided nothing (cascade.py)
             entry["not_judged"] = not_judged
+        entry.update(extra or {})
         state.logbook.record(**entry)
         return GenerationReport(generation, problem, entry, evaluations, produced)
 
@@ -500,6 +624,8 @@ class Engine:
             numpy_state=self.np_rng.bit_generator.state,
             problems={n: ProblemInfo(_spec_record(st.spec), st.baseline_id, dict(st.known))
                       for n, st in self.states.items()},
+            islands={n: [[ind.id for ind in island] for island in st.islands]
+                     for n, st in self.states.items() if st.islands},
         )
 
     def load_state_dict(self, checkpoint: Checkpoint, read_kernel: Callable[[str], str]) -> None:
@@ -520,7 +646,24 @@ class Engine:
             state.logbook = tools.Logbook()
             for entry in checkpoint.logbook[name]:
                 state.logbook.record(**entry)
+            by_id = {ind.id: ind for ind in state.population}
+            state.islands = [[by_id[i] for i in island] for island in checkpoint.islands.get(name, [])]
+            if self.cfg.variation.novelty > 0:    # the index is a function of the kernels evaluated
+                index = self._novelty[state.spec.name] = NoveltyIndex()
+                for kid in state.known:
+                    index.add(kid, read_kernel(kid))
             self.states[name] = state
+
+
+@dataclass
+class Decision:
+    """What `_decide` chose for the next generation."""
+
+    lessons: list[tuple[Candidate, tuple[Parent, Parent, float]]]
+    population: list[KernelRecord]
+    islands: list[list[KernelRecord]]      # islands only: the islands, after migration
+    moved: int = 0                         # islands only: kernels that migrated
+    placed: int = 0                        # MAP-Elites only: children that took a cell
 
 
 class BaselineError(RuntimeError):

@@ -77,3 +77,5 @@ class ProblemState:
     logbook: Any = None                         # deap.tools.Logbook
     known: dict[str, EvalResult] = field(default_factory=dict)   # every kernel id evaluated
     baseline_id: str = ""
+    # selection.strategy "islands": the islands (each kernel of them is in `population` too)
+    islands: list[list[Any]] = field(default_factory=list)

@@ -147,6 +147,9 @@ class EvaluationLine:
     reused: bool                      # an identical kernel was evaluated earlier in the run
     result: EvalResult
     note: str = ""                    # what the operator did (absent from lines of earlier releases)
+    # The kernel's behaviour descriptors (accelopt_evo/descriptors.py; absent from lines of
+    # earlier releases and from results without a profile)
+    descriptors: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         d = self.result.to_dict()
@@ -154,13 +157,16 @@ class EvaluationLine:
                  operator=self.operator, parent_ids=list(self.parent_ids), reused=self.reused)
         if self.note:
             d["note"] = self.note
+        if self.descriptors:
+            d["descriptors"] = dict(self.descriptors)
         return d
 
     @classmethod
     def from_json(cls, data: Any) -> "EvaluationLine":
         return cls(_need(data, "generation", int), _need(data, "problem", str), _need(data, "kernel_id", str),
                    _need(data, "operator", str, "") or "?", _ids(data, "parent_ids"),
-                   bool(_need(data, "reused", bool, False)), result_from_json(data), _need(data, "note", str, ""))
+                   bool(_need(data, "reused", bool, False)), result_from_json(data), _need(data, "note", str, ""),
+                   _need(data, "descriptors", dict, {}))
 
     def kernel(self) -> KernelMeta:
         return KernelMeta(self.kernel_id, self.parent_ids, self.operator, self.generation, self.note, self.result)
@@ -253,6 +259,9 @@ class Checkpoint:
     written: float = 0.0                          # time.time() of writing
     llm_spent: dict[str, Any] = field(default_factory=dict)
     schema: int = SCHEMA
+    # selection.strategy "islands": per problem, the kernel ids of each island (all in its
+    # population); absent from the JSON of other strategies and of earlier releases.
+    islands: dict[str, list[list[str]]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -263,6 +272,7 @@ class Checkpoint:
             "random_state": self.random_state, "numpy_state": self.numpy_state,
             "problems": {n: p.to_json() for n, p in self.problems.items()},
             "config_hash": self.config_hash, "written": self.written, "llm_spent": self.llm_spent,
+            **({"islands": self.islands} if self.islands else {}),
         }
 
     @classmethod
@@ -282,7 +292,17 @@ class Checkpoint:
                    _need(data, "random_state", list), _need(data, "numpy_state", dict),
                    {n: ProblemInfo.from_json(p) for n, p in _need(data, "problems", dict).items()},
                    _need(data, "config_hash", str, ""), float(_need(data, "written", (int, float), 0.0)),
-                   _need(data, "llm_spent", dict, {}), schema)
+                   _need(data, "llm_spent", dict, {}), schema, _islands(data))
+
+
+def _islands(data: dict[str, Any]) -> dict[str, list[list[str]]]:
+    """A checkpoint's islands: per problem, lists of kernel ids."""
+    islands = _need(data, "islands", dict, {})
+    for name, groups in islands.items():
+        if not (isinstance(groups, list) and all(isinstance(g, list) and all(isinstance(i, str) for i in g)
+                                                 for g in groups)):
+            raise RecordError(f"islands of {name} are not lists of kernel ids")
+    return islands
 
 
 @dataclass(frozen=True)

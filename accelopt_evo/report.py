@@ -659,6 +659,35 @@ def _evaluations(data: RunData, plots: Plots) -> list[str]:
     return lines
 
 
+def _diversity(data: RunData) -> list[str]:
+    """What `selection.strategy` and `variation.novelty` did, per problem (nothing for one
+    population without novelty): the islands' bests and migrations, the MAP-Elites archive's
+    coverage, the children novelty sent back."""
+    strategy = data.settings.get("selection", {}).get("strategy", "mu_plus_lambda")
+    novelty = data.settings.get("variation", {}).get("novelty", 0.0)
+    if strategy == "mu_plus_lambda" and not novelty:
+        return []
+    lines = ["## Diversity", "", f"Strategy `{strategy}`" + (f", novelty threshold {novelty}" if novelty else "")
+             + " (README \"Diversity\").", ""]
+    for name in problems(data):
+        entries = _logbook_entries(data, name)
+        if not entries:
+            continue
+        last, facts = entries[-1], []
+        if "islands_best" in last:
+            facts.append(f"{len(last['islands_best'])} islands, best speedups "
+                         + ", ".join(f"{b:.3f}x" for b in last["islands_best"])
+                         + f"; {sum(e.get('migrated', 0) for e in entries)} kernel(s) migrated")
+        if "archive_cells" in last:
+            facts.append(f"{last['archive_cells']} archive cell(s) occupied; "
+                         f"{sum(e.get('archive_placed', 0) for e in entries)} child(ren) took a cell")
+        if novelty:
+            facts.append(f"{sum(e.get('novelty_rejected', 0) for e in entries)} child(ren) too close to a kernel "
+                         "already evaluated, sent back to their operator")
+        lines.append(f"- {name}: " + "; ".join(facts) + ".")
+    return lines + [""]
+
+
 def _llm(data: RunData, plots: Plots) -> list[str]:
     lines = ["## LLM use and cost", ""]
     if not data.llm_calls:
@@ -768,7 +797,7 @@ def render(data: RunData, plots: Plots, index: dict[tuple[str, str], Kernel] | N
     """report.md for the data and the plots drawn."""
     index = kernel_index(data) if index is None else index
     parts = [_header(data), _suite(data, index), _progress(data, plots), _evaluations(data, plots),
-             _llm(data, plots), _lineage_section(data, index, plots), _memory(data), _best_kernels(data, index)]
+             _diversity(data), _llm(data, plots), _lineage_section(data, index, plots), _memory(data), _best_kernels(data, index)]
     return "\n".join(line for part in parts for line in part).rstrip("\n") + "\n"
 
 
