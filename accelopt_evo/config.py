@@ -399,8 +399,6 @@ def _check(cfg: Config) -> Config:
     need(s.strategy in STRATEGIES, "selection.strategy", f"must be one of {', '.join(STRATEGIES)}")
     need(s.strategy == MU_PLUS_LAMBDA or s.survivors == MU_PLUS_LAMBDA, "selection.survivors",
          f"must be \"{MU_PLUS_LAMBDA}\" with selection.strategy = \"{s.strategy}\"")
-    need(s.strategy == MU_PLUS_LAMBDA or cfg.run.mode == "generational", "run.mode",
-         f"must be \"generational\" with selection.strategy = \"{s.strategy}\"")
     need(s.islands >= 2, "selection.islands", "must be >= 2")
     need(s.migration_interval >= 1, "selection.migration_interval", "must be >= 1")
     need(0 <= s.migrants <= p.size, "selection.migrants", f"must be between 0 and population.size ({p.size})")
@@ -408,8 +406,6 @@ def _check(cfg: Config) -> Config:
     need(s.dma_bins >= 1, "selection.dma_bins", "must be >= 1")
     v = cfg.variation
     need(0.0 <= v.novelty <= 1.0, "variation.novelty", "must be in [0, 1] (0 = off)")
-    need(not v.novelty or cfg.run.mode == "generational", "run.mode",
-         "must be \"generational\" with variation.novelty > 0")
     need(v.crossover_prob >= 0, "variation.crossover_prob", "must be >= 0")
     need(v.mutation_prob >= 0, "variation.mutation_prob", "must be >= 0")
     need(v.crossover_prob + v.mutation_prob > 0, "variation.mutation_prob",

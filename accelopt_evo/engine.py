@@ -212,12 +212,14 @@ class Engine:
                 requests += made
                 tags += [i] * len(made)
             return requests, tags
-        select = None
-        if sel.strategy == MAP_ELITES:
-            def select(parents: list, k: int) -> list:
-                return archive.parents(archive.archive_of(parents, sel.dma_bins, cascade.quickness), k, self.py_rng)
+        select = self._archive_parents if sel.strategy == MAP_ELITES else None
         requests = self._requests(state.population, count, ctx, select)
         return requests, [0] * len(requests)
+
+    def _archive_parents(self, parents: list[KernelRecord], k: int) -> list[KernelRecord]:
+        """MAP-Elites' parent selection (archive.parents) over the archive `parents` make."""
+        archive_of = archive.archive_of(parents, self.cfg.selection.dma_bins, cascade.quickness)
+        return archive.parents(archive_of, k, self.py_rng)
 
     def _draw_kind(self, parents: Sequence[KernelRecord]) -> str:
         """CROSSOVER with probability cx / (cx + mut) when there are two parents, else MUTATION."""
@@ -271,11 +273,26 @@ class Engine:
             evaluate = self.evaluator.latencies if stage == LATENCY_FIRST else self.toolbox.evaluate
             for c, r in zip(fresh, evaluate(state.spec, [c.source for c in fresh], progress=self.progress and label)):
                 state.known[c.id] = r
-                if self.cfg.variation.novelty > 0:
-                    self._novelty.setdefault(state.spec.name, NoveltyIndex()).add(c.id, c.source)
+                self._index_novelty(state, c)
         for c in candidates:
             self._give(c, state.known[c.id])
         return {c.id for c in fresh}
+
+    def _index_novelty(self, state: ProblemState, c: KernelRecord) -> None:
+        """`c` was evaluated: with `variation.novelty`, into the problem's novelty index."""
+        if self.cfg.variation.novelty > 0:
+            self._novelty.setdefault(state.spec.name, NoveltyIndex()).add(c.id, c.source)
+
+    def _too_close(self, state: ProblemState, child: Child) -> bool:
+        """Whether novelty sends `child` back: `variation.novelty` is on and its kernel, not
+        evaluated itself, is closer than the threshold to one of the problem already evaluated."""
+        threshold = self.cfg.variation.novelty
+        if threshold <= 0 or child.source is None:
+            return False
+        index = self._novelty.setdefault(state.spec.name, NoveltyIndex())
+        kid = kernel_id(child.source)
+        return (kid not in state.known and kid not in index.shapes
+                and index.nearest(kid, child.source, threshold) is not None)
 
     @staticmethod
     def _give(c: KernelRecord, result: EvalResult) -> None:
@@ -360,16 +377,11 @@ class Engine:
         is too close as well. Also how many children were rejected so (first tries and retries)."""
         groups = self.toolbox.vary(requests, ctx) if requests else []
         made = [(c, tag, r) for r, (group, tag) in enumerate(zip(groups, tags)) for c in group]
-        threshold = self.cfg.variation.novelty
-        if threshold <= 0:
+        if self.cfg.variation.novelty <= 0:
             return [c for c, _, _ in made], [tag for _, tag, _ in made], 0
-        index = self._novelty.setdefault(state.spec.name, NoveltyIndex())
 
         def near(c: Child) -> bool:
-            if c.source is None:
-                return False
-            kid = kernel_id(c.source)
-            return kid not in state.known and index.nearest(kid, c.source, threshold) is not None
+            return self._too_close(state, c)
 
         rejected = [i for i, (c, _, _) in enumerate(made) if near(c)]
         retries = self.toolbox.vary([requests[made[i][2]] for i in rejected], ctx) if rejected else []
@@ -446,11 +458,12 @@ class Engine:
         counts = {"offspring": len(children), "valid": sum(1 for ind in offspring if ind.valid),
                   "duplicates": duplicates, "failed_ops": failed_ops, "repaired": repaired}
         return self._record_generation(state, problem.name, generation, counts, evaluations, produced, started,
-                                       self._strategy_entry(state, decision, rejected))
+                                       self._strategy_entry(state, decision.moved, decision.placed, rejected))
 
-    def _strategy_entry(self, state: ProblemState, decision: "Decision", rejected: int) -> dict[str, Any]:
+    def _strategy_entry(self, state: ProblemState, moved: int, placed: int, rejected: int) -> dict[str, Any]:
         """The logbook fields of the strategy and of novelty (none for one population without it,
-        so that such logbooks read as earlier releases wrote them)."""
+        so that such logbooks read as earlier releases wrote them): `moved` kernels migrated,
+        `placed` children took an archive cell, `rejected` children novelty sent back."""
         entry: dict[str, Any] = {}
         if rejected:
             entry["novelty_rejected"] = rejected
@@ -458,10 +471,10 @@ class Engine:
         if strategy == ISLANDS:
             entry["islands_best"] = [max((float(ind.result.speedup) for ind in island if ind.valid), default=0.0)
                                      for island in state.islands]
-            entry["migrated"] = decision.moved
+            entry["migrated"] = moved
         elif strategy == MAP_ELITES:
             entry["archive_cells"] = len(state.population)
-            entry["archive_placed"] = decision.placed
+            entry["archive_placed"] = placed
         return entry
 
     def _decide(self, state: ProblemState, problem: Problem, entrants: list[KernelRecord],
@@ -529,12 +542,36 @@ class Engine:
         rest = [ind for ind in pool if all(ind is not e for e in elites)]
         return elites + select_distinct(self.toolbox.select, rest, size - len(elites))
 
-    def _survive(self, state: ProblemState, newcomers: Sequence[KernelRecord]) -> None:
-        """mu + 1 for the asynchronous loop: survivors among the population and `newcomers`
-        (valid, judged), and the hall of fame."""
-        pool = state.population + list(newcomers)
-        state.population = self._survivors(state, newcomers, lambda ind: ind.valid)
-        state.hall_of_fame.update(pool)
+    def _enter(self, state: ProblemState, newcomer: KernelRecord, valid: Callable[[KernelRecord], bool],
+               island: int = 0, hall_of_fame: Any = None) -> int:
+        """One child into the population, for the asynchronous loop (`valid` says which kernels
+        are valid), by `selection.strategy`: mu + 1 among the population (islands: among the
+        child's island, whose union is the population) or the MAP-Elites archive's insertion;
+        then the hall of fame (the problem's, or `hall_of_fame`). How many took an archive cell
+        (0 or 1; 0 but for map_elites)."""
+        sel, key = self.cfg.selection, cascade.quickness
+        pool, placed = state.population + [newcomer], 0
+        if sel.strategy == MAP_ELITES:
+            grid, placed = archive.insert(archive.archive_of(state.population, sel.dma_bins, key), [newcomer],
+                                          sel.dma_bins, valid, key)
+            state.population = archive.elites(grid)
+        elif sel.strategy == ISLANDS:
+            state.islands[island] = self._survivors(state, [newcomer], valid, state.islands[island])
+            state.population = islands.union(state.islands)
+        else:
+            state.population = self._survivors(state, [newcomer], valid)
+        update_hall_of_fame(state.hall_of_fame if hall_of_fame is None else hall_of_fame, pool, valid, key)
+        return placed
+
+    def _migrate(self, state: ProblemState) -> int:
+        """One migration among the problem's islands (islands.migrate); how many kernels moved."""
+        sel = self.cfg.selection
+        if not sel.migrants:
+            return 0
+        state.islands, moved = islands.migrate(state.islands, sel.migrants, sel.topology, self.cfg.population.size,
+                                               cascade.quickness)
+        state.population = islands.union(state.islands)
+        return moved
 
     def _record_generation(self, state: ProblemState, problem: str, generation: int, counts: dict[str, int],
                            evaluations: list[EvaluationLine], produced: dict[str, str],

@@ -22,6 +22,8 @@ from fitness.result import NOT_JUDGED, STATUSES
 from nkibench import paper
 from operators.tuning import DECLARED_KNOBS
 
+from . import archive
+from .descriptors import ENGINES, NO_ENGINE
 from .errors import UserError
 from .files import write_text_atomic
 from .records import (Checkpoint, EvaluationLine, KernelMeta, Lines, MemoryEntry, RecordError, figure_label,
@@ -659,32 +661,70 @@ def _evaluations(data: RunData, plots: Plots) -> list[str]:
     return lines
 
 
-def _diversity(data: RunData) -> list[str]:
-    """What `selection.strategy` and `variation.novelty` did, per problem (nothing for one
-    population without novelty): the islands' bests and migrations, the MAP-Elites archive's
-    coverage, the children novelty sent back."""
-    strategy = data.settings.get("selection", {}).get("strategy", "mu_plus_lambda")
-    novelty = data.settings.get("variation", {}).get("novelty", 0.0)
+def diversity(data: RunData) -> dict[str, Any] | None:
+    """What `selection.strategy` and `variation.novelty` did, per problem, from the newest
+    checkpoint (None for one population without novelty): the islands (each one's members and
+    best speedup) and the kernels that migrated, by generation; the MAP-Elites archive (each
+    occupied cell of the grid, busiest engine x DMA-share bin, with its elite) and the children
+    that took a cell; the children novelty sent back, by generation. The report's "Diversity"
+    section and the live page's strategy panel (serve/views.py) show it."""
+    strategy = data.setting("selection", "strategy", "mu_plus_lambda")
+    novelty = data.setting("variation", "novelty", 0.0)
     if strategy == "mu_plus_lambda" and not novelty:
-        return []
-    lines = ["## Diversity", "", f"Strategy `{strategy}`" + (f", novelty threshold {novelty}" if novelty else "")
-             + " (README \"Diversity\").", ""]
+        return None
+    bins = int(data.setting("selection", "dma_bins", 4) or 1)
+    ck = data.checkpoint
+    out: dict[str, Any] = {"strategy": strategy, "novelty": novelty, "dma_bins": bins,
+                           "engines": [*ENGINES, NO_ENGINE], "problems": []}
     for name in problems(data):
         entries = _logbook_entries(data, name)
         if not entries:
             continue
-        last, facts = entries[-1], []
+        last = entries[-1]
+        population = ck.population.get(name, []) if ck else []
+        speedups = {m.id: m.result.speedup if m.result else None for m in population}
+        facts: dict[str, Any] = {"name": name, "generation": last.get("gen")}
         if "islands_best" in last:
-            facts.append(f"{len(last['islands_best'])} islands, best speedups "
-                         + ", ".join(f"{b:.3f}x" for b in last["islands_best"])
-                         + f"; {sum(e.get('migrated', 0) for e in entries)} kernel(s) migrated")
+            members = ck.islands.get(name, []) if ck else []
+            facts["islands"] = [{"best": best, "members": [{"id": kid, "speedup": speedups.get(kid)}
+                                                           for kid in (members[i] if i < len(members) else [])]}
+                                for i, best in enumerate(last["islands_best"])]
+            facts["migrations"] = [[e.get("gen"), e["migrated"]] for e in entries if e.get("migrated")]
+            facts["migrated"] = sum(n for _, n in facts["migrations"])
         if "archive_cells" in last:
-            facts.append(f"{last['archive_cells']} archive cell(s) occupied; "
-                         f"{sum(e.get('archive_placed', 0) for e in entries)} child(ren) took a cell")
+            cells = [(archive.cell(m, bins), m) for m in population]
+            facts["archive"] = [{"engine": c[0], "bin": c[1], "id": m.id, "speedup": speedups[m.id]} for c, m in cells]
+            facts["archive_cells"] = last["archive_cells"]
+            facts["archive_placed"] = sum(e.get("archive_placed", 0) for e in entries)
         if novelty:
-            facts.append(f"{sum(e.get('novelty_rejected', 0) for e in entries)} child(ren) too close to a kernel "
+            facts["novelty_by_generation"] = [[e.get("gen"), e["novelty_rejected"]] for e in entries
+                                              if e.get("novelty_rejected")]
+            facts["novelty_rejected"] = sum(n for _, n in facts["novelty_by_generation"])
+        out["problems"].append(facts)
+    return out
+
+
+def _diversity(data: RunData) -> list[str]:
+    """The "Diversity" section (`diversity`; nothing for one population without novelty)."""
+    state = diversity(data)
+    if state is None:
+        return []
+    novelty = state["novelty"]
+    lines = ["## Diversity", "", f"Strategy `{state['strategy']}`"
+             + (f", novelty threshold {novelty}" if novelty else "") + " (README \"Diversity\").", ""]
+    for p in state["problems"]:
+        facts = []
+        if "islands" in p:
+            facts.append(f"{len(p['islands'])} islands, best speedups "
+                         + ", ".join(f"{i['best']:.3f}x" for i in p["islands"])
+                         + f"; {p['migrated']} kernel(s) migrated")
+        if "archive" in p:
+            facts.append(f"{p['archive_cells']} archive cell(s) occupied; "
+                         f"{p['archive_placed']} child(ren) took a cell")
+        if novelty:
+            facts.append(f"{p['novelty_rejected']} child(ren) too close to a kernel "
                          "already evaluated, sent back to their operator")
-        lines.append(f"- {name}: " + "; ".join(facts) + ".")
+        lines.append(f"- {p['name']}: " + "; ".join(facts) + ".")
     return lines + [""]
 
 

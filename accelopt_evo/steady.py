@@ -7,7 +7,20 @@ request: `operators.vary([request])` in a worker thread, then the evaluation of 
 the slot frees when its last child is settled, and the free slot goes to the next problem in
 turn (round robin), whose parents are selected from its population as it is at that moment.
 Each valid child enters its population as soon as it is evaluated, by mu + 1 replacement with
-the elitism and selection of a generation (Engine._survive).
+the elitism and selection of a generation (Engine._enter).
+
+`selection.strategy` (README "Diversity"): with "islands" each island is a sub-population; the
+requests of a problem go to its islands in turn (from `generation % islands` at each generation,
+so that a resumed run asks the same first questions), parents are drawn from the request's
+island and its children enter that island (mu + 1 among its members); every
+`selection.migration_interval * population.offspring` evaluations of a problem (its evaluation
+lines since generation 0, counted from the logbook on resume) its islands exchange migrants as
+in a generation (islands.migrate). With "map_elites" parents are drawn from the archive's cells
+and a valid child is inserted into the archive (archive.insert). With `variation.novelty` a
+child too close to a kernel already evaluated goes back to its operator once (its request is
+varied again, the first child of the retry with a source taking its place); a retry still too
+close, or one that brings no child, is dropped, and still counts among the generation's
+children (settled), so that a generation closes however many children novelty rejects.
 
 Generations are counted, not waited for: every `population.offspring` settled children of a
 problem (a child is settled when evaluated, a duplicate of a kernel in the population, of
@@ -43,25 +56,26 @@ from typing import Any, Callable
 import numpy as np
 
 from fitness.result import NOT_JUDGED
-from operators.base import Child, Context
+from operators.base import Child, Context, Request
 
 from . import cascade
+from .config import ISLANDS, MAP_ELITES
 from .engine import Engine, GenerationReport
 from .individual import KernelRecord
 from .records import EvaluationLine
-from .selection import update_hall_of_fame
 
 POLL_S = 0.5          # how often the progress display is refreshed while nothing finishes
 SHOWN_LABELS = 4      # in-flight work named in the progress display; the rest are counted
 
 # What a settled child was (Engine._absorb's counts).
-FAILED, DUPLICATE, KERNEL = "failed", "duplicate", "kernel"
+FAILED, DUPLICATE, KERNEL, DROPPED = "failed", "duplicate", "kernel", "dropped"   # DROPPED: by novelty
 EVAL = "eval"
 
 
 @dataclass(eq=False)
 class _Slot:
     problem: str
+    island: int = 0                 # islands: the island its parents come from and its children enter
     unsettled: int = -1             # children not yet settled; -1 while vary runs
 
 
@@ -78,6 +92,7 @@ class _Child:
     produced: dict[str, str] = field(default_factory=dict)
     repairs_left: int = 0
     repaired: bool = False
+    rejected: int = 0                                   # times novelty sent it back (0-2)
 
 
 @dataclass
@@ -123,6 +138,12 @@ class AsyncEvolution:
         self._shown = ""
         self._gens = 0
         self._offspring = engine.cfg.population.offspring
+        self._issued: dict[str, int] = {n: 0 for n in self._names}   # requests of the open generation
+        # islands: evaluation lines since generation 0 per problem, and migrations made so far
+        self._period = engine.cfg.selection.migration_interval * self._offspring
+        self._evaluations = {n: sum(e["evals"] + e["reused"] for e in engine.states[n].logbook if e["gen"] > 0)
+                             for n in self._names}
+        self._migrations = {n: count // self._period for n, count in self._evaluations.items()}
 
     # ---------------------------------------------------------------------------------
     def run(self, gens: int, on_generation: OnGeneration) -> str | None:
@@ -183,37 +204,65 @@ class AsyncEvolution:
         return dataclasses.replace(ctx, rng=np.random.default_rng(seed))
 
     def _issue(self, name: str) -> None:
-        engine = self.engine
-        parents = [ind for ind in engine.states[name].population if ind.valid]
-        request = engine._pick_parents(parents, [engine._draw_kind(parents)])[0]
+        engine, state, strategy = self.engine, self.engine.states[name], self.engine.cfg.selection.strategy
+        members, island = state.population, 0
+        if strategy == ISLANDS:     # the islands in turn
+            island = (self._windows[name].generation + self._issued[name]) % len(state.islands)
+            members = state.islands[island]
+        self._issued[name] += 1
+        parents = [ind for ind in members if ind.valid]
+        select = engine._archive_parents if strategy == MAP_ELITES else None
+        request = engine._pick_parents(parents, [engine._draw_kind(parents)], select)[0]
         ids = {p.id for p in request.parents}
         chosen = {ind.id: ind for ind in parents if ind.id in ids}
-        slot = _Slot(name)
+        slot = _Slot(name, island)
         self._slots.append(slot)
         future = self._pool.submit(engine.operators.vary, [request], self._context(name))
-        self._track(future, f"{name} {request.kind}", functools.partial(self._varied, slot, chosen))
+        self._track(future, f"{name} {request.kind}", functools.partial(self._varied, slot, chosen, request))
 
     def _track(self, future: Future, what: str, then: Callable[[Any], None]) -> None:
         self._tasks[future] = (next(self._order), what, then)
 
     # One child's way --------------------------------------------------------------------
-    def _varied(self, slot: _Slot, parents: dict[str, KernelRecord], groups: list[list[Child]]) -> None:
+    def _varied(self, slot: _Slot, parents: dict[str, KernelRecord], request: Request,
+                groups: list[list[Child]]) -> None:
         children = groups[0] if groups else []
         slot.unsettled = max(1, len(children))
         if not children:  # nothing came back: one operator failure, so that the count moves on
             self._settle(_Child(slot, FAILED))
         for child in children:
             item = _Child(slot, parents=parents, repairs_left=self.engine.cfg.variation.repair_attempts)
-            if child.source is None:
-                item.outcome = FAILED
+            self._offer(item, child, request)
+
+    def _offer(self, item: _Child, child: Child | None, request: Request | None) -> None:
+        """A child on its way to evaluation: settled at once when it has no source, is too close
+        to a kernel already evaluated for the second time (novelty) or is a duplicate. Too close
+        the first time, its `request` is varied again (`request` None: this is the retry)."""
+        name = item.slot.problem
+        if child is None or child.source is None:   # None: the retry brought no child back
+            item.outcome = DROPPED if child is None else FAILED
+            self._settle(item)
+            return
+        if self.engine._too_close(self.engine.states[name], child):
+            item.rejected += 1
+            if request is None:
+                item.outcome = DROPPED
                 self._settle(item)
-                continue
-            record = self._admit(slot.problem, child)
-            if record is None:
-                item.outcome = DUPLICATE
-                self._settle(item)
-                continue
-            self._evaluate(item, record)
+                return
+            future = self._pool.submit(self.engine.operators.vary, [request], self._context(name))
+            self._track(future, f"{name} {request.kind} again", functools.partial(self._again, item))
+            return
+        record = self._admit(name, child)
+        if record is None:
+            item.outcome = DUPLICATE
+            self._settle(item)
+            return
+        self._evaluate(item, record)
+
+    def _again(self, item: _Child, groups: list[list[Child]]) -> None:
+        """The retry of a child novelty sent back: its first child with a source, else its failure."""
+        group = groups[0] if groups else []
+        self._offer(item, next((c for c in group if c.source is not None), group[0] if group else None), None)
 
     def _admit(self, name: str, child: Child) -> KernelRecord | None:
         """The child's kernel unless it is in the population, this generation or in flight."""
@@ -240,7 +289,8 @@ class AsyncEvolution:
     def _judged(self, item: _Child, record: KernelRecord, result: Any) -> None:
         state = self.engine.states[item.slot.problem]
         self.engine._give(record, result)
-        if cascade.undecided(record) and self._decides(state, record, item.parents):
+        self.engine._index_novelty(state, record)
+        if cascade.undecided(record) and self._decides(state, record, item.parents, item.slot.island):
             future = self.engine.evaluator.submit(state.spec, record.source)   # its verdict now
             self._track(future, EVAL, functools.partial(self._judged, item, record))
             return
@@ -248,10 +298,11 @@ class AsyncEvolution:
         item.fresh.append(record)
         self._evaluated(item, record)
 
-    def _decides(self, state: Any, record: KernelRecord, parents: dict[str, KernelRecord]) -> bool:
+    def _decides(self, state: Any, record: KernelRecord, parents: dict[str, KernelRecord], island: int) -> bool:
         """Whether the verdict of a child known only by its latency decides anything, against
-        the population as it stands (cascade.py, asynchronous mode): mu + 1 or the hall of fame
-        asks about it (rehearsed: Engine.rehearsal), or its speedup over its best parent is
+        the population as it stands (cascade.py, asynchronous mode): its entry (mu + 1, on its
+        island, or the archive's insertion) or the hall of fame asks about it (rehearsed:
+        Engine.rehearsal, the population put back), or its speedup over its best parent is
         outside the memory's band (a possible lesson)."""
         asked: list[KernelRecord] = []
 
@@ -262,9 +313,12 @@ class AsyncEvolution:
             return ind.valid
 
         engine = self.engine
+        population, groups = state.population, list(state.islands)
         with engine.rehearsal(state) as hall_of_fame:
-            engine._survivors(state, [record], optimistic)
-            update_hall_of_fame(hall_of_fame, state.population + [record], optimistic, cascade.quickness)
+            try:
+                engine._enter(state, record, optimistic, island, hall_of_fame)
+            finally:
+                state.population, state.islands = population, groups
         if asked:
             return True
         best = max((p.result.speedup for p in parents.values() if p.valid), default=None)
@@ -304,6 +358,7 @@ class AsyncEvolution:
     def _open_windows(self) -> None:
         for name in self._names:
             self._windows[name] = _Window(self.engine.generation + 1)
+            self._issued[name] = 0
 
     def _absorb_ready(self, gens: int, on_generation: OnGeneration) -> str | None:
         """Settled children into their populations (or held while their problem's generation
@@ -337,11 +392,12 @@ class AsyncEvolution:
         engine, w = self.engine, self._windows[name]
         state = engine.states[name]
         w.settled += 1
+        w.counts["novelty_rejected"] += item.rejected
         if item.outcome == FAILED:
             w.counts["failed_ops"] += 1
         elif item.outcome == DUPLICATE:
             w.counts["duplicates"] += 1
-        else:
+        elif item.outcome == KERNEL:
             w.evaluations += [dataclasses.replace(line, generation=w.generation) for line in item.lines]
             for record in item.fresh:
                 state.known[record.id] = record.result
@@ -351,7 +407,12 @@ class AsyncEvolution:
             if item.record.valid:
                 w.valid.append(item.record)
                 w.parents.update(item.parents)
-                engine._survive(state, [item.record])
+                w.counts["archive_placed"] += engine._enter(state, item.record, lambda ind: ind.valid, item.slot.island)
+            self._evaluations[name] += len(item.lines)
+            due = self._evaluations[name] // self._period    # migrations due so far
+            if engine.cfg.selection.strategy == ISLANDS and due > self._migrations[name]:
+                self._migrations[name] = due
+                w.counts["migrated"] += engine._migrate(state)
         if not w.full(self._offspring):
             return
         # The memory update: its summaries are in flight like the rest, so that the slots keep
@@ -368,8 +429,11 @@ class AsyncEvolution:
         self.engine._remember(lessons, rationales, w.generation)
         counts = {"offspring": w.settled, "valid": len(w.valid), "duplicates": w.counts["duplicates"],
                   "failed_ops": w.counts["failed_ops"], "repaired": w.counts["repaired"]}
-        w.report = self.engine._record_generation(self.engine.states[name], name, w.generation, counts,
-                                                  w.evaluations, w.produced, w.started)
+        state = self.engine.states[name]
+        extra = self.engine._strategy_entry(state, w.counts["migrated"], w.counts["archive_placed"],
+                                            w.counts["novelty_rejected"])
+        w.report = self.engine._record_generation(state, name, w.generation, counts, w.evaluations, w.produced,
+                                                  w.started, extra)
 
     # Progress ---------------------------------------------------------------------------
     def _show(self) -> None:

@@ -152,3 +152,22 @@ class TracingKnobEvaluator(KnobEvaluator):
                 result.status, result.error, result.speedup = NOT_JUDGED, "", base / result.latency_ms
             out.append(result)
         return out
+
+
+class ProfilingEvaluator(TracingKnobEvaluator):
+    """TracingKnobEvaluator whose profile says which engine is busiest and the DMA's share,
+    from the kernel's knobs (so that kernels fall in several MAP-Elites cells)."""
+
+    def _result(self, spec, source: str) -> EvalResult:
+        result = super()._result(spec, source)
+        knobs = {k.name: k.value for k in find_knobs(source).values()}
+        load, compute = knobs.get("LOAD_N", 512), knobs.get("COMPUTE_N", 512)
+        result.profile = {**result.profile, **engine_profile(vector=compute / 2048, dma=load / 4096)}
+        return result
+
+
+def engine_profile(vector: float, dma: float, tensor: float = 0.0) -> dict:
+    """A profile's engine times (descriptors.py): vector, DMA and tensor active, the rest idle."""
+    return {"tensor_engine_active_time_percent": tensor, "vector_engine_active_time_percent": vector,
+            "scalar_engine_active_time_percent": 0.0, "gpsimd_engine_active_time_percent": 0.0,
+            "dma_active_time_percent": dma, "hbm_read_bytes": 100, "hbm_write_bytes": 100}

@@ -21,8 +21,8 @@ from operators.llm.ledger import billed_totals
 
 from ..plots import STATUS_COLORS
 from ..records import MemoryEntry, figure_label
-from ..report import (Kernel, RunData, baseline_kernel, best_kernel, best_series, kernel_index, kernel_source,
-                      lineage, operators_line, problems, run_label)
+from ..report import (Kernel, RunData, baseline_kernel, best_kernel, best_series, diversity, kernel_index,
+                      kernel_source, lineage, operators_line, problems, run_label)
 
 KERNEL_ID = re.compile(r"^[0-9a-f]{6,64}$")   # content addresses; anything else is never a file name
 MAX_DIFF_LINES = 2000
@@ -56,7 +56,9 @@ def _totals(t: Totals, calls: int) -> dict[str, Any]:
 
 
 def summary(data: RunData) -> dict[str, Any]:
-    """Where the run stands, and per problem its curve, baseline, best kernel, outcomes and LLM use."""
+    """Where the run stands, and per problem its curve, baseline, best kernel, outcomes and LLM use;
+    the state of its `selection.strategy` and novelty (report.diversity; None for one population
+    without novelty)."""
     index = kernel_index(data)
     late = [e.generation for e in data.evaluations if e.generation > data.last_generation]
     budget = {k: data.setting("budget", k, 0) for k in BUDGET_KEYS}
@@ -74,6 +76,7 @@ def summary(data: RunData) -> dict[str, Any]:
         "llm": {**_totals(billed_totals(data.llm_calls), len(data.llm_calls)),
                 "budget": budget, "cached": sum(c.cached for c in data.llm_calls)},
         "notes": data.notes,
+        "diversity": diversity(data),
         "statuses": list(STATUSES),
         "status_colors": STATUS_COLORS,
     })

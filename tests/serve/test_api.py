@@ -20,13 +20,18 @@ from pathlib import Path
 import pytest
 
 from accelopt_evo import cli, report
-from accelopt_evo.records import read_evaluations, read_llm_calls, read_memory_file, rewrite_evaluations
+from accelopt_evo.descriptors import descriptors
+from accelopt_evo.records import (read_checkpoint, read_evaluations, read_llm_calls, read_memory_file,
+                                  rewrite_evaluations)
 from accelopt_evo.runfolder import RunFolder
 from accelopt_evo.serve import views
 from accelopt_evo.serve.follow import FollowedRun, follow
 from accelopt_evo.serve.server import STATIC, Site, run_names, start
 from operators.diff import kernel_diff
 from operators.llm.ledger import billed_totals
+
+from fakes import ProfilingEvaluator
+from report.runs import make_run
 
 from .folders import IMG, PAYLOAD, SCRIPT, add_markup_kernel
 
@@ -108,6 +113,47 @@ def test_tree_and_kernel_views(folder):
                 "/api/run/0/kernel?problem=nope&id=625cc02b51d88904", "/api/run/0/tree?problem=nope",
                 "/api/run/1/summary", "/api/run/0/nothing", "/api/nothing"):
         assert get(site, bad)[0] == 404, bad
+
+
+def test_summary_shows_the_strategy_state_the_run_folder_records(folder, tmp_path):
+    """Islands (members, best speedups, migrations) with novelty, and a MAP-Elites archive (its
+    grid's occupied cells), as the newest checkpoint and its logbook record them; none for one
+    population without novelty. The report's "Diversity" section reads the same."""
+    isles = make_run(tmp_path, gens=2, run_id="islands", report=False,
+                     sets=['selection.strategy="islands"', "selection.islands=2", "selection.migration_interval=1",
+                           "variation.novelty=0.005"])
+    elites = make_run(tmp_path, gens=2, run_id="elites", report=False, evaluator=ProfilingEvaluator,
+                      sets=['selection.strategy="map_elites"', "selection.dma_bins=8"])
+    site = site_of(isles, elites, folder)
+    _, s = get(site, "/api/run/0/summary")
+    ck = read_checkpoint(isles.checkpoint_path(2))
+    log = ck.logbook["silu"]
+    d = s["diversity"]
+    assert (d["strategy"], d["novelty"], d["dma_bins"]) == ("islands", 0.005, 4)
+    silu = d["problems"][0]
+    assert silu["name"] == "silu" and silu["generation"] == 2
+    assert [[m["id"] for m in island["members"]] for island in silu["islands"]] == ck.islands["silu"]
+    assert [island["best"] for island in silu["islands"]] == log[-1]["islands_best"]
+    speedups = {m.id: m.result.speedup for m in ck.population["silu"]}
+    assert all(m["speedup"] == speedups[m["id"]] for island in silu["islands"] for m in island["members"])
+    assert silu["migrated"] == sum(e["migrated"] for e in log) > 0
+    assert silu["novelty_rejected"] == sum(e.get("novelty_rejected", 0) for e in log)
+    assert "archive" not in silu
+    markdown = "\n".join(report._diversity(report.collect(isles)))
+    assert f"{silu['migrated']} kernel(s) migrated" in markdown and "2 islands" in markdown
+
+    _, s = get(site, "/api/run/1/summary")
+    ck = read_checkpoint(elites.checkpoint_path(2))
+    silu = s["diversity"]["problems"][0]
+    cells = {(c["engine"], c["bin"]): c for c in silu["archive"]}
+    assert len(cells) == len(silu["archive"]) == silu["archive_cells"] == len(ck.population["silu"]) > 1
+    for m in ck.population["silu"]:     # each elite in its cell, by its descriptors
+        d = descriptors(m.result)
+        cell = cells[(d["engine"], min(7, int(d["dma_share"] * 8)))]
+        assert cell["id"] == m.id and cell["speedup"] == m.result.speedup
+    assert silu["archive_placed"] == sum(e["archive_placed"] for e in ck.logbook["silu"])
+    assert "islands" not in silu and "novelty_rejected" not in silu
+    assert get(site, "/api/run/2/summary")[1]["diversity"] is None
 
 
 def test_memory_newest_first(folder):

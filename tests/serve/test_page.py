@@ -1,7 +1,7 @@
 """`serve`'s page in a real browser (headless Chromium): a finished run's curve, lineage tree,
 kernel view and memory; a run being written, seen to grow without a reload; a kernel whose
-text is markup, shown as text; two runs on the same axes. A screenshot of each view goes to
-.ci/screenshots/ (a CI artifact)."""
+text is markup, shown as text; two runs on the same axes, one of them with its islands. A
+screenshot of each view goes to .ci/screenshots/ (a CI artifact)."""
 
 from __future__ import annotations
 
@@ -36,10 +36,12 @@ def browser():
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """Two finished runs of silu and matmul (seeds 0 and 1); the first holds a markup kernel."""
+    """Two finished runs of silu and matmul (seeds 0 and 1); the first holds a markup kernel, the
+    second evolves two islands."""
     out = tmp_path_factory.mktemp("runs")
     first = make_run(out, gens=3, problems=("silu", "matmul"), run_id="seed0", report=False)
-    second = make_run(out, gens=3, problems=("silu", "matmul"), run_id="seed1", seed=1, report=False)
+    second = make_run(out, gens=3, problems=("silu", "matmul"), run_id="seed1", seed=1, report=False,
+                      sets=['selection.strategy="islands"', "selection.islands=2"])
     return first, second, add_markup_kernel(first)
 
 
@@ -146,6 +148,8 @@ def test_two_runs_side_by_side(browser, page):
     chips = browser.find_element("id", "runs").text
     assert "seed0" in chips and "seed1" in chips and "generation 3 of 3" in chips and "finished" in chips
     assert "matmul in run seed1" in browser.find_element("id", "lineage-of").text
+    islands = browser.find_elements("css selector", "#diversity .diversity[data-run='1'] tr[data-island]")
+    assert len(islands) == 2 and not browser.find_elements("css selector", "#diversity .diversity[data-run='0']")
     shot(browser, "overview", "side-by-side")
     shot(browser, "progress", "side-by-side-progress")
 

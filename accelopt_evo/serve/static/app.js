@@ -203,6 +203,62 @@
                   xLabel: "generation", yLabel: "% of peak of the best kernel", format: (y) => y.toFixed(0) + "%" }),
       el("figcaption", { text: `% of peak throughput (roofline) of the best kernel so far, dashed: the baseline (${labels})` }));
     byId("stats").replaceChildren(statsTable(runs, r.problem), llmTable(runs, r.problem), statusLegend());
+    renderDiversity(runs, r.problem);
+  }
+
+  // The state of each run's selection.strategy and novelty for a problem (summary.diversity):
+  // the islands with their members and migrations, the MAP-Elites grid, children sent back.
+  function renderDiversity(runs, name) {
+    const boxes = [];
+    for (const { run, summary } of runs) {
+      const d = summary.diversity;
+      if (!d) continue;
+      const p = d.problems.find((x) => x.name === name);
+      const box = el("div", { class: "diversity", "data-run": run.id },
+        el("h3", { text: `Strategy of ${run.name}: ${d.strategy}` + (d.novelty ? `, novelty threshold ${d.novelty}` : "") }));
+      if (!p) {
+        box.append(el("p", { class: "hint", text: "No generation of this problem recorded yet." }));
+      } else {
+        if (p.islands) box.append(islandsTable(name, p));
+        if (p.archive) box.append(archiveGrid(name, d, p));
+        if (num(p.novelty_rejected)) {
+          const by = p.novelty_by_generation.map(([g, n]) => `generation ${g}: ${n}`).join(", ");
+          box.append(el("p", { class: "novelty", text: `${p.novelty_rejected} child(ren) too close to a kernel already evaluated, ` +
+                                                       `sent back to their operator` + (by ? ` (${by})` : "") }));
+        }
+      }
+      boxes.push(box);
+    }
+    byId("diversity").hidden = !boxes.length;
+    byId("diversity").replaceChildren(...boxes);
+  }
+
+  function islandsTable(name, p) {
+    const rows = p.islands.map((island, i) => el("tr", { "data-island": i }, el("td", { text: `island ${i}` }),
+      el("td", { class: "num", text: int(island.members.length) }), el("td", { class: "num", text: fx(island.best) }),
+      el("td", {}, island.members.flatMap((m) => [kernelButton(name, m.id, `${short(m.id)} ${fx(m.speedup)}`), " "]))));
+    const moves = p.migrations.map(([g, n]) => `generation ${g}: ${n}`).join(", ");
+    return el("div", { class: "islands" },
+      el("table", { class: "islands" }, el("tr", {}, ["island", "members", "best speedup", "kernels"].map((h) => el("th", { text: h }))), rows),
+      el("p", { class: "hint", text: `${p.migrated} kernel(s) migrated` + (moves ? ` (${moves})` : "") }));
+  }
+
+  function archiveGrid(name, d, p) {
+    const B = d.dma_bins;
+    const speedups = p.archive.map((c) => c.speedup).filter(num);
+    const lo = Math.min(...speedups, 1), hi = Math.max(...speedups, 1);
+    const head = el("tr", {}, el("th", { text: "busiest engine ↓ · DMA share →" }),
+      Array.from({ length: B }, (_, b) => el("th", { text: `${Math.round((100 * b) / B)}–${Math.round((100 * (b + 1)) / B)}%` })));
+    const rows = d.engines.map((engine) => el("tr", { "data-engine": engine }, el("th", { text: engine }),
+      Array.from({ length: B }, (_, b) => {
+        const c = p.archive.find((x) => x.engine === engine && x.bin === b);
+        if (!c) return el("td", { class: "empty", text: "·" });
+        const td = el("td", { class: "occupied", title: `elite ${c.id}` }, kernelButton(name, c.id, fx(c.speedup)));
+        if (num(c.speedup)) td.style.background = speedupColor(c.speedup, lo, hi);
+        return td;
+      })));
+    return el("div", { class: "archive" }, el("table", { class: "archive" }, head, rows),
+      el("p", { class: "hint", text: `${p.archive_cells} cell(s) occupied; ${p.archive_placed} child(ren) took a cell` }));
   }
 
   function statsTable(runs, name) {
