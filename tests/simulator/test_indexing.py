@@ -106,6 +106,21 @@ def test_block_dims_and_3d_free_pattern():
     np.testing.assert_array_equal(run(kernel, x).outputs, x.reshape(2, 128, 1024))
 
 
+def test_three_index_expressions_with_offsets():
+    # every dimension indexed by an affine expression (a coalesced load's form); the offsets
+    # of all three must be applied
+    x = rand(128, 6, 80)
+
+    def kernel(x):
+        out = nl.ndarray((128, 4, 64), dtype=np.float32, buffer=nl.shared_hbm)
+        i_p, i_a, i_b = nl.arange(128)[:, None, None], nl.arange(4)[None, :, None], nl.arange(64)[None, None, :]
+        t = nl.load(x[i_p, i_a + 2, i_b + 16])
+        nl.store(out[i_p, i_a, i_b], value=t)
+        return out
+
+    np.testing.assert_array_equal(run(kernel, x).outputs, x[:, 2:6, 16:80])
+
+
 def test_hbm_views_follow_numpy_and_load_1d_as_column():
     a = rand(256, 16)
 

@@ -171,7 +171,7 @@ def _fast_subscript(v: NkiTensor, b: Buffer, key: tuple) -> NkiTensor | None:
     return t
 
 
-_CONST = attrgetter("c")
+_CONST = attrgetter("_c")
 
 
 def _geometry(plan, b: Buffer, cs: tuple[int, ...]) -> tuple:
