@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from .dma import coalesce_loads, merge_adjacent_loads, privatize_buffer
 from .engines import move_engine
 from .fuse import fuse_activation
 from .loops import hoist_invariants, interchange, merge_loops, split_loop
@@ -19,6 +20,9 @@ REWRITES: dict[str, Callable[[str], list[Applied]]] = {
     "interchange": interchange,
     "merge_loops": merge_loops,
     "split_loop": split_loop,
+    "coalesce_loads": coalesce_loads,
+    "merge_adjacent_loads": merge_adjacent_loads,
+    "privatize_buffer": privatize_buffer,
 }
 
 
