@@ -9,8 +9,12 @@ integers in the source. This module finds them from the AST:
 - a *split*: a loop over a literal trip count T whose variable is scaled by a literal tile C
   (`for i in nl.affine_range(7): ... 1024 * i`) or by a named constant (`n * TILE_N`): T and C
   change together, their product kept (7 x 1024 <-> 14 x 512).
-Candidate values come from the target's limits and the problem's shapes (`candidates`); whether
-a value is legal is for the correctness gate to decide, as for any child.
+Candidate values come from the target's limits and the problem's shapes (`candidates`): no
+value above the largest input dimension, none above the partition count for a knob that sizes a
+partition dimension (`par_dim(n)`, `nl.arange(n)[:, None]`, the first dimension of an on-chip
+tensor), none past one PSUM bank (2 KiB per partition) for a knob that sizes a PSUM tile's free
+dimension. Whether a value within them is legal is for the correctness gate to decide, as for any
+child.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ RANGES = {"range", "affine_range", "sequential_range", "static_range", "arange",
 SHAPED = {"ndarray", "zeros", "ones", "full", "empty", "shared_constant", "broadcast_to", "reshape"}
 FACTORS = (2, 4)            # a value moves by these factors up or down
 LITERAL = "literal"
+PSUM_BANK_BYTES = 2048      # per partition, NeuronCore-v2 to v4 (16 KiB of PSUM in 8 banks)
+ON_CHIP = {"sbuf", "psum"}
 
 
 @dataclass(frozen=True)
@@ -38,6 +44,16 @@ class FoundKnob:
     value: int
     sites: tuple[Span, ...]
     trip: bool = False           # a loop's trip count (alone, it would cover the data wrongly)
+    partition: bool = False      # sizes a partition dimension somewhere
+    psum_bytes: int = 0          # sizes the free dimension of a PSUM tile of elements this wide (0: none)
+
+    def limit(self, limit: int, partitions: int) -> int:
+        """The largest value it may take under `limit` on a target of `partitions` partitions."""
+        if self.partition:
+            limit = min(limit, partitions)
+        if self.psum_bytes:
+            limit = min(limit, PSUM_BANK_BYTES // self.psum_bytes)
+        return limit
 
 
 @dataclass(frozen=True)
@@ -68,6 +84,31 @@ def _is_int(node: ast.AST) -> bool:
     return isinstance(node, ast.Constant) and type(node.value) is int
 
 
+def _keyword(call: ast.Call, name: str) -> ast.expr | None:
+    return next((k.value for k in call.keywords if k.arg == name), None)
+
+
+def _buffer(call: ast.Call) -> str:
+    """"sbuf", "psum", "shared_hbm", ... of an allocation's `buffer=nl.X` ("" when not written so)."""
+    b = _keyword(call, "buffer")
+    return b.attr if isinstance(b, ast.Attribute) else ""
+
+
+def _element_bytes(call: ast.Call) -> int:
+    """Bytes per element of an allocation's dtype as written (4 when it does not say)."""
+    d = _keyword(call, "dtype") or (call.args[1] if len(call.args) > 1 else None)
+    text = ast.unparse(d) if d is not None else ""
+    return 1 if "8" in text else 2 if "16" in text else 4
+
+
+def _partition_arange(node: ast.Subscript) -> bool:
+    """`nl.arange(n)[:, None]` (or `[:, None, None]`): an index along the partition dimension."""
+    sl = node.slice
+    return (isinstance(node.value, ast.Call) and call_name(node.value) == "arange" and isinstance(sl, ast.Tuple)
+            and len(sl.elts) >= 2 and isinstance(sl.elts[0], ast.Slice)
+            and all(isinstance(e, ast.Constant) and e.value is None for e in sl.elts[1:]))
+
+
 class _Finder(ast.NodeVisitor):
     """Collects integer literals in tiling positions, named constants and loop splits."""
 
@@ -78,6 +119,31 @@ class _Finder(ast.NodeVisitor):
         self.assigned: dict[str, list[ast.Assign]] = {}
         self.splits: list[tuple[ast.Constant, ast.Constant]] = []
         self.named_splits: list[tuple[ast.Constant, str]] = []   # (trip literal, the constant scaling it)
+        # sizes of partition dimensions and of PSUM tiles' free dimension: literals by id(), names
+        self.partition: set[int | str] = set()
+        self.psum: dict[int | str, int] = {}
+
+    def _mark(self, node: ast.AST, psum_bytes: int = 0) -> None:
+        key = id(node) if _is_int(node) else node.id if isinstance(node, ast.Name) else None
+        if key is None:
+            return
+        if psum_bytes:
+            self.psum[key] = max(self.psum.get(key, 0), psum_bytes)
+        else:
+            self.partition.add(key)
+
+    def _mark_shape(self, call: ast.Call, shape: ast.AST) -> None:
+        """The partition and PSUM free sizes of an on-chip allocation's shape tuple."""
+        buffer = _buffer(call)
+        if not isinstance(shape, ast.Tuple) or buffer not in ON_CHIP:
+            return
+        elts = shape.elts
+        par = next((i for i, e in enumerate(elts) if isinstance(e, ast.Call) and call_name(e) == "par_dim"), None)
+        if par is None and elts:
+            self._mark(elts[0])
+            par = 0
+        if buffer == "psum" and par is not None and len(elts) == par + 2:   # one free dimension
+            self._mark(elts[-1], _element_bytes(call))
 
     def _take(self, node: ast.AST) -> None:
         if _is_int(node) and node.value >= 2:
@@ -107,9 +173,19 @@ class _Finder(ast.NodeVisitor):
         if name in RANGES:
             for a in node.args:
                 self._take(a)
+        if name == "par_dim":
+            for a in node.args:
+                self._mark(a)
         if name in SHAPED:
             for a in list(node.args[:1]) + [k.value for k in node.keywords if k.arg == "shape"]:
                 self._take_shape(a)
+                self._mark_shape(node, a)
+        self.generic_visit(node)
+
+    def visit_Subscript(self, node: ast.Subscript) -> None:
+        if _partition_arange(node):
+            for a in node.value.args:   # type: ignore[attr-defined]
+                self._mark(a)
         self.generic_visit(node)
 
     def visit_Slice(self, node: ast.Slice) -> None:
@@ -157,14 +233,16 @@ def find(source: str) -> tuple[list[FoundKnob], list[Split]]:
                 or not _is_int(node.value) or node.value.value < 2):
             continue
         constant_sites.add(id(node.value))
-        knobs.append(FoundKnob(name, node.value.value, (Span.of(node.value),)))
+        knobs.append(FoundKnob(name, node.value.value, (Span.of(node.value),), partition=name in finder.partition,
+                               psum_bytes=finder.psum.get(name, 0)))
     by_value: dict[int, FoundKnob] = {}
     for value, nodes in sorted(finder.literals.items()):
         unique = {id(n): n for n in nodes if id(n) not in constant_sites}
         if unique:
             sites = tuple(sorted({Span.of(n) for n in unique.values()}, key=lambda s: (s.lineno, s.col)))
             trip = any(i in finder.trip_literals for i in unique)
-            by_value[value] = FoundKnob(LITERAL, value, sites, trip)
+            by_value[value] = FoundKnob(LITERAL, value, sites, trip, any(i in finder.partition for i in unique),
+                                        max((finder.psum.get(i, 0) for i in unique), default=0))
     knobs += by_value.values()
     splits = list({(t.value, c.value): Split(by_value[t.value], by_value[c.value])
                    for t, c in finder.splits if t.value in by_value and c.value in by_value
@@ -187,19 +265,20 @@ def candidates(value: int, limit: int) -> list[int]:
 
 def moves(source: str, dims: frozenset[int], partitions: int) -> list[Move]:
     """Every move of the knobs found in `source`, for a problem whose inputs have the dimensions
-    `dims` on a target of `partitions` partitions. Values go up to the largest of those. A
-    literal equal to an input dimension (a data size) or to the partition count (the partition
-    tile, already the largest) moves only as part of a split."""
+    `dims` on a target of `partitions` partitions. Values go up to the largest of those, and to
+    a knob's own limit (`FoundKnob.limit`: partitions, a PSUM bank). A literal equal to an input
+    dimension (a data size) or to the partition count (the partition tile, already the largest)
+    moves only as part of a split."""
     limit = max(dims | {partitions})
     knobs, splits = find(source)
     out = [Move(((k, v),)) for k in knobs if not k.trip
            and not (k.name == LITERAL and (k.value in dims or k.value == partitions))
-           for v in candidates(k.value, limit)]
+           for v in candidates(k.value, k.limit(limit, partitions))]
     for s in splits:
         for f in FACTORS:
             if s.tile.value % f == 0:
                 out.append(Move(((s.trip, s.trip.value * f), (s.tile, s.tile.value // f))))
-            if s.trip.value % f == 0 and s.tile.value * f <= limit:
+            if s.trip.value % f == 0 and s.tile.value * f <= s.tile.limit(limit, partitions):
                 out.append(Move(((s.trip, s.trip.value // f), (s.tile, s.tile.value * f))))
     return out
 

@@ -98,3 +98,47 @@ def test_the_partition_count_comes_from_the_target():
                   machine=Machine("t", "c", 256, 1, 1, 1, 1, 1, 1.0, ()))
     moves = F.moves(KERNEL, ctx.dims, ctx.machine.partitions)
     assert max(v for m in moves for _, v in m.values) <= 2048
+
+
+LIMITED = """import neuronxcc.nki.language as nl
+TILE_M = 128
+TILE_K = 64
+TILE_N = 256
+WIDE = 256
+
+def kernel(a, b):
+    out = nl.ndarray((1024, 2048), dtype=a.dtype, buffer=nl.shared_hbm)
+    acc = nl.zeros((TILE_M, TILE_N), nl.float32, buffer=nl.psum)
+    half = nl.zeros((nl.par_dim(32), WIDE), dtype=nl.bfloat16, buffer=nl.psum)
+    t = nl.load(b[nl.arange(TILE_K)[:, None], nl.arange(512)[None, :]])
+    s = nl.ndarray((48, 8), dtype=nl.float32, buffer=nl.sbuf)
+    return out
+"""
+
+
+def test_partition_and_psum_sizes_stay_within_the_hardware_limits():
+    moves = F.moves(LIMITED, frozenset({1024, 2048}), 128)
+    values: dict[tuple[str, int], set[int]] = {}
+    for m in moves:
+        for k, v in m.values:
+            values.setdefault((k.name, k.value), set()).add(v)
+    assert values[("TILE_K", 64)] == {16, 32, 128}            # nl.arange(TILE_K)[:, None]: a partition size
+    assert values[("TILE_M", 128)] == {32, 64}                # the first dimension of a PSUM tile
+    assert values[("TILE_N", 256)] == {64, 128, 512}          # fp32 PSUM free size: one 2 KiB bank
+    assert values[("WIDE", 256)] == {64, 128, 512, 1024}      # bf16: 1024 elements in a bank
+    assert values[(F.LITERAL, 32)] == {8, 16, 64, 128}        # par_dim(32)
+    assert values[(F.LITERAL, 48)] == {12, 24, 32, 64, 96}    # first dimension of an SBUF tile
+    assert max(values[(F.LITERAL, 512)]) == 2048              # a free size: up to the largest input dimension
+
+
+def test_a_split_never_grows_a_tile_past_its_limit():
+    source = """
+TILE_N = 256
+def kernel(w):
+    for n in nl.affine_range(8):
+        acc = nl.zeros((128, TILE_N), nl.float32, buffer=nl.psum)
+        t = nl.load(w[0:128, n * TILE_N:(n + 1) * TILE_N])
+"""
+    grown = {dict((k.name, v) for k, v in m.values)["TILE_N"] for m in F.moves(source, frozenset({128, 2048}), 128)
+             if len(m.values) == 2}
+    assert grown == {64, 128, 512}
