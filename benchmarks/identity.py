@@ -12,7 +12,9 @@ shape with the integrity tests' settings. Held-out seeds are fixed values, so th
 judge the same inputs. Each record has status, error, latency, profile, dialect and the
 seconds the evaluation took (the one field expected to differ). Kernels are judged one at a
 time: with `--workers 2` each is judged with a worker idle, so its later seeds run in a second
-kernel process (the same verdicts are expected as with one worker).
+kernel process (the same verdicts are expected as with one worker). With `--pairs` the corpus is
+judged two kernels at a time: when the shorter judgement of a pair ends, the other one's seeds
+not yet started go to a second process (a split mid-judgement).
 """
 
 from __future__ import annotations
@@ -64,17 +66,22 @@ def baselines(out: dict, shape: str, saved, workers: int = 1) -> None:
             saved("")
 
 
-def corpus(out: dict, saved, workers: int = 1) -> None:
+def corpus(out: dict, saved, workers: int = 1, pairs: bool = False) -> None:
     import adversarial_kernels
     import eval_kernels
 
     spec = make_spec("silu", "tiny")
+    sources = {f"{module.__name__}.{name}": value for module in (eval_kernels, adversarial_kernels)
+               for name, value in sorted(vars(module).items())
+               if name.isupper() and isinstance(value, str) and "def " in value}
+    names = list(sources)
+    step = 2 if pairs else 1
     with Evaluator(dataclasses.replace(CORPUS_SETTINGS, workers=workers)) as ev:
-        for module in (eval_kernels, adversarial_kernels):
-            for name, value in sorted(vars(module).items()):
-                if name.isupper() and isinstance(value, str) and "def " in value:
-                    out[f"{module.__name__}.{name}"] = _record(ev.evaluate(spec, value))
-                    saved("")
+        for i in range(0, len(names), step):
+            batch = names[i:i + step]
+            for name, result in zip(batch, ev.evaluate_many(spec, [sources[n] for n in batch])):
+                out[name] = _record(result)
+            saved("")
 
 
 def compare(before: dict, after: dict) -> list[str]:
@@ -103,6 +110,8 @@ def main() -> int:
     parser.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"))
     parser.add_argument("--workers", type=int, default=1,
                         help="evaluator workers (2: each kernel's later seeds run in a second process)")
+    parser.add_argument("--pairs", action="store_true",
+                        help="judge the corpus two kernels at a time (with --workers 2: splits mid-judgement)")
     args = parser.parse_args()
     if args.compare:
         before, after = (json.loads(Path(p).read_text()) for p in args.compare)
@@ -126,7 +135,7 @@ def main() -> int:
         elif group == "baselines":
             baselines(out, args.baseline_shape, saved, args.workers)
         else:
-            corpus(out, saved, args.workers)
+            corpus(out, saved, args.workers, args.pairs)
         print(f"{group}: {len(out)} kernels, {time.monotonic() - started:.0f} s so far", flush=True)
     return 0
 

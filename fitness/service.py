@@ -431,14 +431,22 @@ class KernelLauncher:
     def spare(self) -> Iterator[bool]:
         """A second share for the same judgement, taken only when one is idle now (True): its
         later seeds then run beside the earlier ones instead of after them."""
-        idle = self._slots is not None and (self._demand is None or self._demand() < self._slot_count)
-        got = idle and self._slots.acquire(blocking=False)
+        got = self.take_spare()
         try:
             yield got
         finally:
             if got:
-                assert self._slots is not None
-                self._slots.release()
+                self.give_spare()
+
+    def take_spare(self) -> bool:
+        """Take a second share for a judgement when one is idle now and no other judgement
+        waits for it; give it back with `give_spare`."""
+        idle = self._slots is not None and (self._demand is None or self._demand() < self._slot_count)
+        return bool(idle and self._slots.acquire(blocking=False))
+
+    def give_spare(self) -> None:
+        assert self._slots is not None
+        self._slots.release()
 
     @contextlib.contextmanager
     def _placement(self) -> Iterator[tuple[str, dict[str, str] | None]]:
@@ -543,11 +551,16 @@ def judge_cases(spec: ProblemSpec, source: str, cases: Callable[[], list[Case]],
             return judge, dict(request, cases=[{"label": c.label, "inputs": c.data.request_inputs()} for c in cases])
 
         # The later seeds of a judgement take a second kernel process when a worker is idle
-        # (a lone judgement: `eval`, a baseline, the few children latency first judges).
+        # (a lone judgement: `eval`, a baseline, the few children latency first judges): from
+        # the start, or from the seed after the running one when a worker frees up meanwhile
+        # (the last judgement of a batch).
         splittable = stage == FULL and launcher.backend == "simulator" and len(seeds) > 1
         with launcher.slot(), (launcher.spare() if splittable else contextlib.nullcontext(False)) as spare:
             if spare:
                 result, judge, worker = _judge_split(part, len(seeds), workdir, launcher, running, settings.timeout_s)
+            elif splittable and len(seeds) > 2:
+                result, judge, worker = _judge_late_split(part, len(seeds), workdir, launcher, running,
+                                                          settings.timeout_s)
             else:
                 judge, whole = part(0, len(seeds), workdir)
                 outcome, worker = launcher.run(whole, workdir, judge.on_message, running)
@@ -610,10 +623,81 @@ def _judge_split(part: Callable[[int, int, Path], tuple["_Judge", dict[str, Any]
     if not rest.ok:
         return rest, earlier, worker
     if (rest.latency_ms, rest.profile) != (result.latency_ms, result.profile):
-        return EvalResult(COMPILE_ERROR, "two runs of the kernel on the same shapes traced different instruction "
-                                         "streams; NKI fixes a kernel's instructions when it is traced",
-                          latency_ms=result.latency_ms, profile=result.profile), earlier, worker
+        return _traced_apart(result), earlier, worker
     return result, earlier, worker
+
+
+def _traced_apart(result: EvalResult) -> EvalResult:
+    """The verdict on a kernel whose two processes timed different traces (`result`'s figures kept)."""
+    return EvalResult(COMPILE_ERROR, "two runs of the kernel on the same shapes traced different instruction "
+                                     "streams; NKI fixes a kernel's instructions when it is traced",
+                      latency_ms=result.latency_ms, profile=result.profile)
+
+
+def _judge_late_split(part: Callable[[int, int, Path], tuple["_Judge", dict[str, Any]]], seeds: int, workdir: Path,
+                      launcher: KernelLauncher, running: Callable[[str], ContextManager[Any]] | None,
+                      timeout_s: float) -> tuple[EvalResult, "_Judge", str]:
+    """Judge every seed in this thread's kernel process; when a worker frees up while seeds
+    that process has not started remain, the later half of them goes to a second process
+    beside it and the first one is ended once the seeds before them are judged;
+    (result, the first process's judge, worker). The verdict is the one of a single process,
+    as with `_judge_split`: the first failing seed in seed order decides, and both processes
+    must have traced the same instruction stream."""
+    earlier, request = part(0, seeds, workdir)
+    stop = seeds                        # the first process judges seeds [0, stop)
+    later: dict[str, Any] = {}          # judge, folder, thread, outcome or error of the second
+    cancel = threading.Event()
+
+    def run_later(judge: _Judge, req: dict[str, Any], folder: Path) -> None:
+        try:
+            later["outcome"] = launcher.run(req, folder, judge.on_message, running, cancel)[0]
+        except BaseException as exc:  # noqa: BLE001 - raised in the judging thread below
+            later["error"] = exc
+        finally:
+            launcher.give_spare()
+
+    def on_message(message: dict[str, Any]) -> bool:
+        nonlocal stop
+        if not earlier.on_message(message):
+            cancel.set()   # an earlier seed failed: it decides, the later seeds are not needed
+            return False
+        if message.get("event") != "outputs":
+            return True
+        case = int(message["case"])
+        if later and case + 1 >= stop:
+            return False   # its share is judged; the second process has the rest
+        # The process is on seed case + 1 now; the unstarted [case + 2, seeds) split in two.
+        first_later = (seeds + case + 2) // 2
+        if not later and case + 2 <= first_later < seeds and launcher.take_spare():
+            stop = first_later
+            judge, req = part(first_later, seeds, Path(tempfile.mkdtemp(prefix=_scratch_prefix(KERNEL_PREFIX),
+                                                                         dir=_work_root())))
+            later.update(judge=judge, folder=judge.workdir)
+            later["thread"] = threading.Thread(target=run_later, args=(judge, req, judge.workdir), daemon=True,
+                                               name=f"{threading.current_thread().name} (later seeds)")
+            later["thread"].start()
+        return True
+
+    try:
+        outcome, worker = launcher.run(request, workdir, on_message, running)
+        shared = bool(later) and earlier.failure is None and earlier.judged == stop
+        if later and not shared:
+            cancel.set()   # the first process failed or ended before its share was judged
+    except BaseException:
+        cancel.set()
+        raise
+    finally:
+        if later:
+            later["thread"].join()
+            shutil.rmtree(later["folder"], ignore_errors=True)
+    if not shared:
+        return earlier.result(outcome, timeout_s, FULL), earlier, worker
+    if "error" in later:
+        raise later["error"]
+    rest = later["judge"].result(later["outcome"], timeout_s, FULL)
+    if rest.ok and later["judge"].traced != earlier.traced:
+        return _traced_apart(rest), earlier, worker
+    return rest, earlier, worker
 
 
 def below_bound(problem: Problem, result: EvalResult, target: str) -> EvalResult:

@@ -1,7 +1,8 @@
 """A lone judgement on the simulator runs its later seeds in a second kernel process when a
-worker is idle: the verdict is the single process's (the first failing seed in seed order
-decides), both processes must time the same trace, and no more kernel processes run at a time
-than the evaluator has workers. silu at its tiny shape, two seeds and two held-out seeds."""
+worker is idle, from the start or once a worker frees up while it runs: the verdict is the
+single process's (the first failing seed in seed order decides), both processes must time the
+same trace, and no more kernel processes run at a time than the evaluator has workers. silu at
+its tiny shape, two seeds and two held-out seeds."""
 
 from __future__ import annotations
 
@@ -72,7 +73,7 @@ def test_a_lone_judgement_splits_its_seeds_and_gives_the_single_process_verdict(
     seen = Processes(monkeypatch)
     with Evaluator(TWO) as ev:
         got = ev.evaluate(SPEC, source)     # the baseline and the kernel at once: a process each
-        assert [len(s) for s in seen.seeds] == [4, 4]
+        assert [len(s) for s in seen.seeds[:2]] == [4, 4]   # (then the later seeds of one, if the other ended first)
         seen.seeds.clear()
         alone = ev.evaluate(SPEC, source + "\nALONE = 1\n")
     assert got.ok and verdict(got) == verdict(expected)
@@ -117,3 +118,53 @@ def test_progress_counts_the_seeds_of_the_whole_judgement(tmp_path):
     outcome = sandbox.Outcome(None, timed_out=True, limit_s=20.0)
     status, message = judge._failure(outcome, 20.0, service.FULL)
     assert status == "timeout" and message.endswith("after 2 of 4 seeds")
+
+
+def _busy_at_first(monkeypatch) -> None:
+    """No worker is idle when a judgement starts; one is, later (the other kernel's ended)."""
+    real = service.KernelLauncher.take_spare
+    calls = []
+
+    def later_only(self):
+        calls.append(1)
+        return len(calls) > 1 and real(self)
+
+    monkeypatch.setattr(service.KernelLauncher, "take_spare", later_only)
+
+
+def test_a_worker_freed_mid_judgement_takes_the_later_seeds(single, pair, monkeypatch):
+    source = kernels.SILU + "\nLATE = 1\n"
+    expected = single.evaluate(SPEC, source)
+    _busy_at_first(monkeypatch)
+    seen = Processes(monkeypatch)
+    got = pair.evaluate(SPEC, source)
+    assert got.ok and verdict(got) == verdict(expected)
+    # seed 0 judged, seed 21 running: the one seed not started goes to a second process, and
+    # the first is ended once seed 21 and held-out seed 1 are judged
+    assert seen.seeds == [["seed 0", "seed 21", "held-out seed 1 (input family 'large')",
+                           "held-out seed 2 (input family 'edges')"],
+                          ["held-out seed 2 (input family 'edges')"]]
+    assert seen.most <= TWO.workers
+
+
+@pytest.mark.parametrize("source", [adv.ZERO_ABOVE_EIGHT, kernels.CONSTANT_OUTPUT], ids=["later_seed", "every_seed"])
+def test_after_a_late_split_the_first_failing_seed_decides(single, pair, monkeypatch, source):
+    expected = single.evaluate(SPEC, source)
+    _busy_at_first(monkeypatch)
+    got = pair.evaluate(SPEC, source + "\nLATE = 1\n")
+    assert got.status == "incorrect" and verdict(got) == verdict(
+        single.evaluate(SPEC, source + "\nLATE = 1\n")) and got.error == expected.error
+
+
+def test_a_late_split_whose_processes_trace_differently_is_a_compile_error(pair, monkeypatch):
+    real = service._Judge.on_message
+
+    def drifting(self, message):
+        if self.first > 0 and message.get("event") == "traced":
+            message = dict(message, latency_ms=float(message["latency_ms"]) * 1.5)
+        return real(self, message)
+
+    monkeypatch.setattr(service._Judge, "on_message", drifting)
+    _busy_at_first(monkeypatch)
+    result = pair.evaluate(SPEC, kernels.SILU + "\nLATE_DRIFT = 1\n")
+    assert result.status == "compile_error" and "traced different instruction streams" in result.error
