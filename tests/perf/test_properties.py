@@ -307,3 +307,24 @@ def test_a_program_left_over_capacity_keeps_the_room_its_own_peak_leaves():
     stores = [i for i, op in enumerate(prep.ops) if op.kind == tr.DMA_STORE and op.loop_path]
     assert len(loads) == len(stores) == 4
     assert not any(st in prep.preds[ld] for st, ld in zip(stores, loads[1:]))
+
+
+def _elementwise(engine: str, n: int = 64) -> tr.Trace:
+    """n element-wise multiplications of a [128, 2048] tile on `engine`, the result stored."""
+    b = TraceBuilder()
+    src, out = b.hbm((P, 2048)), b.hbm((P, 2048), kind="output")
+    x = b.tile((P, 2048), line=1)
+    b.dma(tr.DMA_LOAD, b.full(src), b.full(x), P)
+    for _ in b.loop(n, kind="sequential", line=2):
+        b.compute(tr.TT, (b.full(x), b.full(x)), b.full(x), engines=(engine,), func="multiply")
+    b.dma(tr.DMA_STORE, b.full(x), b.full(out), P)
+    return b.trace
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_element_wise_work_moved_to_gpsimd_is_not_priced_below_vector_engine(target):
+    # No document prices arithmetic on GpSimdE (its `150 + N` is iota's and affine_select's),
+    # so engine=gpsimd must not make an instruction cheaper than on VectorE
+    vector = estimate(_elementwise(tr.VECTOR), target).latency_ms
+    gpsimd = estimate(_elementwise(tr.GPSIMD_ENGINE), target).latency_ms
+    assert gpsimd >= vector

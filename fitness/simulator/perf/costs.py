@@ -27,7 +27,16 @@ def duration_ns(op: Op, engine: str, hw: Hardware, params: Params) -> float:
         return _scalar_cycles(op, hw, params) / hw.scalar_hz * 1e9
     if engine == tr.GPSIMD_ENGINE:
         n = op.N * (2 if op.strided else 1)
-        return (hw.gpsimd_start_cycles + n + params.gpsimd_overhead_cycles) / hw.gpsimd_hz * 1e9
+        own = (hw.gpsimd_start_cycles + n + params.gpsimd_overhead_cycles) / hw.gpsimd_hz * 1e9
+        if op.kind != tr.GPSIMD:
+            # An instruction VectorE also runs, moved to GpSimdE (engine=gpsimd): the documented
+            # `150 + N` is the cost of iota and affine_select, and "unlike VectorE/ScalarE, there
+            # is no rule-of-thumb to estimate execution cost of a GpSimdE instruction" (NKI
+            # architecture guide, NeuronCore-v2); GpSimdE is the general-purpose engine for what
+            # the specialised ones cannot run efficiently. Without a measurement, a move there
+            # is not priced below the same instruction on VectorE.
+            return max(own, _vector_cycles(op, hw, params) / hw.vector_hz * 1e9)
+        return own
     raise ValueError(f"no cost rule for engine {engine!r}")
 
 
