@@ -26,7 +26,7 @@ import numpy as np
 
 from .edits import Span, replace_spans
 from .knobs import find_knobs
-from .rewrites.program import call_name
+from .rewrites.program import call_name, element_bytes
 
 RANGES = {"range", "affine_range", "sequential_range", "static_range", "arange", "par_dim"}
 SHAPED = {"ndarray", "zeros", "ones", "full", "empty", "shared_constant", "broadcast_to", "reshape"}
@@ -94,13 +94,6 @@ def _buffer(call: ast.Call) -> str:
     return b.attr if isinstance(b, ast.Attribute) else ""
 
 
-def _element_bytes(call: ast.Call) -> int:
-    """Bytes per element of an allocation's dtype as written (4 when it does not say)."""
-    d = _keyword(call, "dtype") or (call.args[1] if len(call.args) > 1 else None)
-    text = ast.unparse(d) if d is not None else ""
-    return 1 if "8" in text else 2 if "16" in text else 4
-
-
 def _partition_arange(node: ast.Subscript) -> bool:
     """`nl.arange(n)[:, None]` (or `[:, None, None]`): an index along the partition dimension."""
     sl = node.slice
@@ -143,7 +136,7 @@ class _Finder(ast.NodeVisitor):
             self._mark(elts[0])
             par = 0
         if buffer == "psum" and par is not None and len(elts) == par + 2:   # one free dimension
-            self._mark(elts[-1], _element_bytes(call))
+            self._mark(elts[-1], element_bytes(call))
 
     def _take(self, node: ast.AST) -> None:
         if _is_int(node) and node.value >= 2:

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..edits import Span, replace_spans
-from .program import (Applied, base_name, blocks, call_name, instr, kernel_functions, last_name, names_read,
-                      names_written, parse_nki, text)
+from .program import (Applied, base_name, blocks, call_name, element_bytes, instr, kernel_functions, last_name,
+                      names_read, names_written, parse_nki, text)
 
 LOOPS = {"affine_range", "range", "sequential_range", "static_range"}
 ALLOCATE = {"ndarray", "zeros", "full", "empty"}
@@ -38,8 +38,6 @@ ACCUMULATE = {"nc_matmul", "matmul"}   # current dialect: the first write overwr
 # `TRN1.sbuf_usable_bytes_per_partition`, which a test holds this to: importing the model
 # here would load the whole simulator with the operators).
 PARTITION_BUDGET = 176 * 1024
-DTYPE_BYTES = {"float32": 4, "int32": 4, "uint32": 4, "tfloat32": 4, "float16": 2, "bfloat16": 2, "int16": 2,
-               "uint16": 2, "int8": 1, "uint8": 1, "float8_e4m3": 1, "float8_e5m2": 1, "float64": 8}
 MAX_TILE_RANK = 4    # a partition plus up to 3 free axes: the access patterns DMA and engines take
 _DELETE = "\x00delete-line\x00"
 
@@ -295,12 +293,6 @@ def _literal(node: ast.expr) -> int | None:
     return v if isinstance(v, int) else None
 
 
-def _dtype_bytes(alloc: ast.Assign) -> int:
-    call = alloc.value
-    node = next((k.value for k in call.keywords if k.arg == "dtype"), None)  # type: ignore[attr-defined]
-    return DTYPE_BYTES.get(last_name(node), 4)   # unknown (x.dtype): fp32, the widest the targets use
-
-
 def _is_buffer(alloc: ast.Assign, kinds: tuple[str, ...]) -> bool:
     node = next((k.value for k in alloc.value.keywords if k.arg == "buffer"), None)  # type: ignore[attr-defined]
     return last_name(node) in kinds if node is not None else "sbuf" in kinds
@@ -510,7 +502,7 @@ def _plan_advanced(load: _Load, alloc: ast.Assign, var: str, start: ast.expr, co
         per_iter = int(np.prod(np.broadcast_shapes(*(a.shape for a in arrays))[1:], dtype=np.int64))
     except (_Unknown, ValueError):
         return None if fold is not None else (new_dst, new_src, fold)
-    if not isinstance(trips, int) or trips * per_iter * _dtype_bytes(alloc) > PARTITION_BUDGET:
+    if not isinstance(trips, int) or trips * per_iter * element_bytes(alloc.value) > PARTITION_BUDGET:
         return None
     if fold is not None and not _fold_fits(alloc, shape, fold):
         return None
@@ -523,7 +515,7 @@ def _fold_fits(alloc: ast.Assign, shape: ast.Tuple, fold: int) -> bool:
     dims = [_literal(e) for e in [shape.elts[fold]] + shape.elts[pd + 1:]]
     if len(dims) < 2 or any(d is None for d in dims):
         return False
-    return int(np.prod(dims, dtype=np.int64)) * _dtype_bytes(alloc) <= PARTITION_BUDGET
+    return int(np.prod(dims, dtype=np.int64)) * element_bytes(alloc.value) <= PARTITION_BUDGET
 
 
 def _paren(node: ast.expr | str) -> str:

@@ -12,6 +12,8 @@ import ast
 from dataclasses import dataclass
 from typing import Iterator
 
+from fitness.arrays import dtype_of
+
 from .aliases import aliases
 
 
@@ -65,6 +67,23 @@ def last_name(node: ast.AST | None) -> str:
 def call_name(node: ast.AST) -> str:
     """The called function's last name (`affine_range` of `nl.affine_range(4)`); "" for a non-call."""
     return last_name(node.func) if isinstance(node, ast.Call) else ""
+
+
+DTYPE_POSITION = {"ndarray": 1, "zeros": 1, "ones": 1, "empty": 1, "full": 2}   # positional dtype argument
+
+
+def element_bytes(call: ast.Call) -> int:
+    """Bytes per element of an allocation's dtype as written (`dtype=nl.bfloat16`, or the
+    positional one); 4 when it does not say or names no dtype (`x.dtype`): fp32, the widest the
+    targets compute in."""
+    node = next((k.value for k in call.keywords if k.arg == "dtype"), None)
+    at = DTYPE_POSITION.get(call_name(call))
+    if node is None and at is not None and len(call.args) > at:
+        node = call.args[at]
+    try:
+        return dtype_of(last_name(node)).itemsize
+    except TypeError:
+        return 4
 
 
 def text(node: ast.AST) -> str:
