@@ -427,17 +427,6 @@ class KernelLauncher:
         with self._slots:
             yield
 
-    @contextlib.contextmanager
-    def spare(self) -> Iterator[bool]:
-        """A second share for the same judgement, taken only when one is idle now (True): its
-        later seeds then run beside the earlier ones instead of after them."""
-        got = self.take_spare()
-        try:
-            yield got
-        finally:
-            if got:
-                self.give_spare()
-
     def take_spare(self) -> bool:
         """Take a second share for a judgement when one is idle now and no other judgement
         waits for it; give it back with `give_spare`."""
@@ -555,12 +544,9 @@ def judge_cases(spec: ProblemSpec, source: str, cases: Callable[[], list[Case]],
         # the start, or from the seed after the running one when a worker frees up meanwhile
         # (the last judgement of a batch).
         splittable = stage == FULL and launcher.backend == "simulator" and len(seeds) > 1
-        with launcher.slot(), (launcher.spare() if splittable else contextlib.nullcontext(False)) as spare:
-            if spare:
+        with launcher.slot():
+            if splittable:
                 result, judge, worker = _judge_split(part, len(seeds), workdir, launcher, running, settings.timeout_s)
-            elif splittable and len(seeds) > 2:
-                result, judge, worker = _judge_late_split(part, len(seeds), workdir, launcher, running,
-                                                          settings.timeout_s)
             else:
                 judge, whole = part(0, len(seeds), workdir)
                 outcome, worker = launcher.run(whole, workdir, judge.on_message, running)
@@ -578,83 +564,40 @@ def judge_cases(spec: ProblemSpec, source: str, cases: Callable[[], list[Case]],
 def _judge_split(part: Callable[[int, int, Path], tuple["_Judge", dict[str, Any]]], seeds: int, workdir: Path,
                  launcher: KernelLauncher, running: Callable[[str], ContextManager[Any]] | None,
                  timeout_s: float) -> tuple[EvalResult, "_Judge", str]:
-    """Judge seeds [0, h) in this thread's kernel process and [h, seeds) in a second one
-    beside it; (result, the earlier seeds' judge, worker). The verdict is the one of a single
-    process: the first failing seed in seed order decides (an earlier seed's failure cancels
-    the later seeds' process; a later seed's failure waits for the earlier seeds to pass), and
-    both processes must time the same trace."""
-    h = (seeds + 1) // 2
-    later_dir = Path(tempfile.mkdtemp(prefix=_scratch_prefix(KERNEL_PREFIX), dir=_work_root()))
-    earlier, earlier_request = part(0, h, workdir)
-    later, later_request = part(h, seeds, later_dir)
-    cancel = threading.Event()
-    ended: dict[str, Any] = {}
-
-    def run_later() -> None:
-        try:
-            ended["outcome"] = launcher.run(later_request, later_dir, later.on_message, running, cancel)[0]
-        except BaseException as exc:  # noqa: BLE001 - raised in the judging thread below
-            ended["error"] = exc
-
-    thread = threading.Thread(target=run_later, name=f"{threading.current_thread().name} (later seeds)", daemon=True)
-    thread.start()
-    try:
-        def on_earlier(message: dict[str, Any]) -> bool:
-            if earlier.on_message(message):
-                return True
-            cancel.set()   # an earlier seed failed: it decides, the later seeds are not needed
-            return False
-
-        outcome, worker = launcher.run(earlier_request, workdir, on_earlier, running)
-        result = earlier.result(outcome, timeout_s, FULL)
-        if not result.ok:
-            cancel.set()
-    except BaseException:
-        cancel.set()
-        raise
-    finally:
-        thread.join()
-        shutil.rmtree(later_dir, ignore_errors=True)
-    if "error" in ended:
-        raise ended["error"]
-    if not result.ok:
-        return result, earlier, worker
-    rest = later.result(ended["outcome"], timeout_s, FULL)
-    if not rest.ok:
-        return rest, earlier, worker
-    if (rest.latency_ms, rest.profile) != (result.latency_ms, result.profile):
-        return _traced_apart(result), earlier, worker
-    return result, earlier, worker
-
-
-def _traced_apart(result: EvalResult) -> EvalResult:
-    """The verdict on a kernel whose two processes timed different traces (`result`'s figures kept)."""
-    return EvalResult(COMPILE_ERROR, "two runs of the kernel on the same shapes traced different instruction "
-                                     "streams; NKI fixes a kernel's instructions when it is traced",
-                      latency_ms=result.latency_ms, profile=result.profile)
-
-
-def _judge_late_split(part: Callable[[int, int, Path], tuple["_Judge", dict[str, Any]]], seeds: int, workdir: Path,
-                      launcher: KernelLauncher, running: Callable[[str], ContextManager[Any]] | None,
-                      timeout_s: float) -> tuple[EvalResult, "_Judge", str]:
-    """Judge every seed in this thread's kernel process; when a worker frees up while seeds
-    that process has not started remain, the later half of them goes to a second process
-    beside it and the first one is ended once the seeds before them are judged;
-    (result, the first process's judge, worker). The verdict is the one of a single process,
-    as with `_judge_split`: the first failing seed in seed order decides, and both processes
+    """Judge the seeds in this thread's kernel process, and hand later seeds to a second one
+    beside it when a worker is idle (`launcher.take_spare`): the later half from the start, or,
+    when a worker frees up while this one runs, the later half of the seeds its process has not
+    started; the first process is ended once the seeds before them are judged.
+    (result, the first process's judge, worker). The verdict is the one of a single process:
+    the first failing seed in seed order decides (an earlier seed's failure cancels the second
+    process; a later seed's failure waits for the earlier seeds to pass), and both processes
     must have traced the same instruction stream."""
-    earlier, request = part(0, seeds, workdir)
-    stop = seeds                        # the first process judges seeds [0, stop)
-    later: dict[str, Any] = {}          # judge, folder, thread, outcome or error of the second
     cancel = threading.Event()
+    later: dict[str, Any] = {}          # judge, folder, thread, outcome or error of the second
 
-    def run_later(judge: _Judge, req: dict[str, Any], folder: Path) -> None:
+    def run_later(judge: _Judge, req: dict[str, Any]) -> None:
         try:
-            later["outcome"] = launcher.run(req, folder, judge.on_message, running, cancel)[0]
+            later["outcome"] = launcher.run(req, judge.workdir, judge.on_message, running, cancel)[0]
         except BaseException as exc:  # noqa: BLE001 - raised in the judging thread below
             later["error"] = exc
         finally:
             launcher.give_spare()
+
+    def hand_over(first_later: int) -> None:
+        """Seeds [first_later, seeds) to a second process (the spare is taken)."""
+        judge, req = part(first_later, seeds, Path(tempfile.mkdtemp(prefix=_scratch_prefix(KERNEL_PREFIX),
+                                                                     dir=_work_root())))
+        later.update(judge=judge, thread=threading.Thread(
+            target=run_later, args=(judge, req), daemon=True,
+            name=f"{threading.current_thread().name} (later seeds)"))
+        later["thread"].start()
+
+    stop = seeds                        # the first process judges seeds [0, stop)
+    if launcher.take_spare():
+        stop = (seeds + 1) // 2
+    earlier, request = part(0, stop, workdir)
+    if stop < seeds:
+        hand_over(stop)
 
     def on_message(message: dict[str, Any]) -> bool:
         nonlocal stop
@@ -670,12 +613,7 @@ def _judge_late_split(part: Callable[[int, int, Path], tuple["_Judge", dict[str,
         first_later = (seeds + case + 2) // 2
         if not later and case + 2 <= first_later < seeds and launcher.take_spare():
             stop = first_later
-            judge, req = part(first_later, seeds, Path(tempfile.mkdtemp(prefix=_scratch_prefix(KERNEL_PREFIX),
-                                                                         dir=_work_root())))
-            later.update(judge=judge, folder=judge.workdir)
-            later["thread"] = threading.Thread(target=run_later, args=(judge, req, judge.workdir), daemon=True,
-                                               name=f"{threading.current_thread().name} (later seeds)")
-            later["thread"].start()
+            hand_over(first_later)
         return True
 
     try:
@@ -689,7 +627,7 @@ def _judge_late_split(part: Callable[[int, int, Path], tuple["_Judge", dict[str,
     finally:
         if later:
             later["thread"].join()
-            shutil.rmtree(later["folder"], ignore_errors=True)
+            shutil.rmtree(later["judge"].workdir, ignore_errors=True)
     if not shared:
         return earlier.result(outcome, timeout_s, FULL), earlier, worker
     if "error" in later:
@@ -698,6 +636,13 @@ def _judge_late_split(part: Callable[[int, int, Path], tuple["_Judge", dict[str,
     if rest.ok and later["judge"].traced != earlier.traced:
         return _traced_apart(rest), earlier, worker
     return rest, earlier, worker
+
+
+def _traced_apart(result: EvalResult) -> EvalResult:
+    """The verdict on a kernel whose two processes timed different traces (`result`'s figures kept)."""
+    return EvalResult(COMPILE_ERROR, "two runs of the kernel on the same shapes traced different instruction "
+                                     "streams; NKI fixes a kernel's instructions when it is traced",
+                      latency_ms=result.latency_ms, profile=result.profile)
 
 
 def below_bound(problem: Problem, result: EvalResult, target: str) -> EvalResult:
