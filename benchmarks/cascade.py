@@ -2,7 +2,7 @@
 
     python benchmarks/cascade.py [--problems matmul gqa_full] [--gens 20] [--seed 0]
         [--suite-dir ../shared/nkibench | --suite-dir ""] [--out runs/cascade-bench] [--shape paper]
-        [--set SECTION.KEY=VALUE ...]
+        [--set SECTION.KEY=VALUE ...] [--jobs N]
 
 For each problem (official kernel as baseline, or the built-in one with --suite-dir "",
 simulated trn1, offline operators, a fixed seed): one run with `evaluation.cascade = "latency_first"` and one with `"full"`, each in its
@@ -10,6 +10,9 @@ own run folder and evaluation cache. Prints whether the survivors, hall of fame 
 every generation are identical, the evaluation time of each run (wall time of its generations,
 and the summed seconds of its evaluations), and the share of children never judged in full.
 A run folder that already holds the generations is read, not run again (delete it to rerun).
+`--jobs 2` runs two searches side by side (a problem's two cascades together: both then run
+under the same load, and two cores finish in about half the time), each one's output in
+`OUT/PROBLEM/CASCADE.log`.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import argparse
 import json
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -50,7 +54,12 @@ def run(problem: str, cascade: str, args: argparse.Namespace) -> Path:
         for s in args.set:
             cmd += ["--set", s]
     print("$", " ".join(cmd), flush=True)
-    subprocess.run(cmd, cwd=REPO, check=False)
+    if args.jobs == 1:
+        subprocess.run(cmd, cwd=REPO, check=False)
+    else:   # runs side by side: each one's lines in its own file, not interleaved
+        out.mkdir(parents=True, exist_ok=True)
+        with open(out / f"{cascade}.log", "a") as log:
+            subprocess.run(cmd, cwd=REPO, check=False, stdout=log, stderr=subprocess.STDOUT)
     return folder
 
 
@@ -91,10 +100,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(REPO / "runs" / "cascade-bench"))
     ap.add_argument("--set", action="append", default=[], help="extra --set for both runs")
     ap.add_argument("--json", type=Path, help="write the figures here")
+    ap.add_argument("--jobs", type=int, default=1, help="searches run at once (each is its own process)")
     args = ap.parse_args(argv)
+    if args.jobs < 1:
+        ap.error("--jobs must be >= 1")
+    with ThreadPoolExecutor(args.jobs) as pool:   # threads only wait on the runs' processes
+        runs = {(p, c): pool.submit(run, p, c, args) for p in args.problems for c in CASCADES}
     rows = []
     for problem in args.problems:
-        folders = {c: run(problem, c, args) for c in CASCADES}
+        folders = {c: runs[problem, c].result() for c in CASCADES}
         same = decisions(folders["latency_first"]) == decisions(folders["full"])
         row = {"problem": problem, "identical_decisions": same,
                **{c: figures(f) for c, f in folders.items()}}
