@@ -3,8 +3,10 @@ where it decides give what full knowledge gives, and ask less."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import random
+from pathlib import Path
 
 import pytest
 from deap import tools
@@ -21,6 +23,8 @@ from fitness.result import INCORRECT, NOT_JUDGED, OK, EvalResult
 
 from checkpoint_diff import comparable
 from fakes import TracingKnobEvaluator
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def kernel(i: int, speedup: float, status: str = OK):
@@ -200,3 +204,22 @@ def test_latency_first_decides_every_generation_as_a_full_judgement_does(tmp_pat
     else:
         assert not_judged > 0 and len(set(lazy.judged)) < len(set(eager.judged))
 
+
+
+@pytest.mark.slow
+def test_the_benchmark_runs_both_settings_side_by_side(tmp_path):
+    """benchmarks/cascade.py --jobs 2 (a built-in problem at its small shape, one generation):
+    both searches run, each with its own log, and decide alike."""
+    spec = importlib.util.spec_from_file_location("cascade_bench", REPO / "benchmarks" / "cascade.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "bench"
+    code = bench.main(["--problems", "silu", "--gens", "1", "--suite-dir", "", "--shape", "small", "--out", str(out),
+                       "--jobs", "2", "--set", "evaluation.seeds=[0]", "--set", "evaluation.workers=1",
+                       "--json", str(tmp_path / "figures.json")])
+    assert code == 0
+    for cascade in ("latency_first", "full"):
+        assert (out / "silu" / cascade / "checkpoints" / "gen-0001.json").is_file()
+        assert "gen   1 silu" in (out / "silu" / f"{cascade}.log").read_text()
+    row, = json.loads((tmp_path / "figures.json").read_text())
+    assert row["identical_decisions"] and row["full"]["not_judged"] == 0
