@@ -584,19 +584,25 @@ def _judge_split(part: Callable[[int, int, Path], tuple["_Judge", dict[str, Any]
             launcher.give_spare()
 
     def hand_over(first_later: int) -> None:
-        """Seeds [first_later, seeds) to a second process (the spare is taken)."""
-        judge, req = part(first_later, seeds, Path(tempfile.mkdtemp(prefix=_scratch_prefix(KERNEL_PREFIX),
-                                                                     dir=_work_root())))
-        later.update(judge=judge, thread=threading.Thread(
-            target=run_later, args=(judge, req), daemon=True,
-            name=f"{threading.current_thread().name} (later seeds)"))
-        later["thread"].start()
+        """Seeds [first_later, seeds) to a second process. The spare taken for it goes back when
+        that process ends, or here if it cannot start (a lost share would shrink the pool)."""
+        folder = None
+        try:
+            folder = Path(tempfile.mkdtemp(prefix=_scratch_prefix(KERNEL_PREFIX), dir=_work_root()))
+            judge, req = part(first_later, seeds, folder)
+            thread = threading.Thread(target=run_later, args=(judge, req), daemon=True,
+                                      name=f"{threading.current_thread().name} (later seeds)")
+            thread.start()
+        except BaseException:
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
+            launcher.give_spare()
+            raise
+        later.update(judge=judge, thread=thread)
 
     stop = seeds                        # the first process judges seeds [0, stop)
     if launcher.take_spare():
         stop = (seeds + 1) // 2
-    earlier, request = part(0, stop, workdir)
-    if stop < seeds:
         hand_over(stop)
 
     def on_message(message: dict[str, Any]) -> bool:
@@ -617,6 +623,7 @@ def _judge_split(part: Callable[[int, int, Path], tuple["_Judge", dict[str, Any]
         return True
 
     try:
+        earlier, request = part(0, stop, workdir)
         outcome, worker = launcher.run(request, workdir, on_message, running)
         shared = bool(later) and earlier.failure is None and earlier.judged == stop
         if later and not shared:

@@ -7,6 +7,7 @@ its tiny shape, two seeds and two held-out seeds."""
 from __future__ import annotations
 
 import dataclasses
+import sys
 import threading
 
 import pytest
@@ -168,3 +169,24 @@ def test_a_late_split_whose_processes_trace_differently_is_a_compile_error(pair,
     _busy_at_first(monkeypatch)
     result = pair.evaluate(SPEC, kernels.SILU + "\nLATE_DRIFT = 1\n")
     assert result.status == "compile_error" and "traced different instruction streams" in result.error
+
+
+def test_a_second_process_that_cannot_start_gives_its_worker_back(monkeypatch):
+    """The share taken for the later seeds returns to the pool when their process cannot be
+    set up: the next lone judgement still finds the idle worker and splits."""
+    real = service.tempfile.mkdtemp
+
+    def failing(*args, **kwargs):
+        if sys._getframe(1).f_code.co_name == "hand_over":
+            raise OSError("no room for the later seeds' folder")
+        return real(*args, **kwargs)
+
+    with Evaluator(TWO) as ev:
+        ev.baseline(SPEC)
+        with monkeypatch.context() as patch:
+            patch.setattr(service.tempfile, "mkdtemp", failing)
+            ev.evaluate(SPEC, kernels.SILU + "\nNO_ROOM = 1\n")
+        seen = Processes(monkeypatch)
+        result = ev.evaluate(SPEC, kernels.SILU + "\nAFTER = 1\n")
+    assert result.ok
+    assert sorted(len(s) for s in seen.seeds) == [2, 2]
