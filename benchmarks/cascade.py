@@ -53,7 +53,9 @@ def run(problem: str, cascade: str, args: argparse.Namespace) -> Path:
                "--set", f"evaluation.cascade=\"{cascade}\""]
         for s in args.set:
             cmd += ["--set", s]
-    print("$ " + " ".join(cmd), flush=True)   # one write: runs may print at once
+    # One write, line end included (print writes its end apart): runs may print at once.
+    sys.stdout.write("$ " + " ".join(cmd) + "\n")
+    sys.stdout.flush()
     if args.jobs == 1:
         subprocess.run(cmd, cwd=REPO, check=False)
     else:   # runs side by side: each one's lines in its own file, not interleaved

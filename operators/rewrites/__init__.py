@@ -1,5 +1,5 @@
 """Structural rewrites: small, named, semantics-preserving transformations of NKI source in
-both dialects. Each returns every way it applies to a kernel (an empty list when its
+both dialects (where the dialect has the construct: `nl.matmul` is legacy only). Each returns every way it applies to a kernel (an empty list when its
 precondition does not hold); no rewrite scores itself: every child goes through the fitness.
 """
 
@@ -11,6 +11,7 @@ from .dma import coalesce_loads, merge_adjacent_loads, privatize_buffer
 from .engines import move_engine
 from .fuse import fuse_activation
 from .loops import hoist_invariants, interchange, merge_loops, split_loop
+from .matmul import pretranspose_matmul
 from .program import Applied, parse
 
 REWRITES: dict[str, Callable[[str], list[Applied]]] = {
@@ -23,6 +24,7 @@ REWRITES: dict[str, Callable[[str], list[Applied]]] = {
     "coalesce_loads": coalesce_loads,
     "merge_adjacent_loads": merge_adjacent_loads,
     "privatize_buffer": privatize_buffer,
+    "pretranspose_matmul": pretranspose_matmul,
 }
 
 

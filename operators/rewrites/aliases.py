@@ -7,9 +7,8 @@ import ast
 MODULES = {"isa": ("neuronxcc.nki.isa", "nki.isa"), "language": ("neuronxcc.nki.language", "nki.language")}
 
 
-def aliases(tree: ast.Module) -> tuple[str, str] | None:
-    """(isa name, language name) as imported at module level (`nisa`, `nl`), or None when the
-    kernel does not import both."""
+def imported(tree: ast.Module) -> dict[str, str]:
+    """{"isa": name, "language": name} for the NKI modules imported at module level."""
     found: dict[str, str] = {}
     for node in tree.body:
         if isinstance(node, ast.Import):
@@ -21,6 +20,13 @@ def aliases(tree: ast.Module) -> tuple[str, str] | None:
             for a in node.names:
                 if a.name in MODULES:
                     found.setdefault(a.name, a.asname or a.name)
+    return found
+
+
+def aliases(tree: ast.Module) -> tuple[str, str] | None:
+    """(isa name, language name) as imported at module level (`nisa`, `nl`), or None when the
+    kernel does not import both."""
+    found = imported(tree)
     if "isa" in found and "language" in found:
         return found["isa"], found["language"]
     return None

@@ -157,7 +157,7 @@ def _eval(node: ast.AST, env: dict[str, int]):
     raise _Unknown(ast.unparse(node))
 
 
-def _substitute(node: ast.expr, name: str, value: ast.expr) -> ast.expr:
+def substitute(node: ast.expr, name: str, value: ast.expr) -> ast.expr:
     """A copy of `node` with every Name `name` replaced by `value`, constants folded."""
 
     class Sub(ast.NodeTransformer):
@@ -471,7 +471,7 @@ def _plan_advanced(load: _Load, alloc: ast.Assign, var: str, start: ast.expr, co
         for t in _aranges(node):
             elts = t.slice.elts  # type: ignore[attr-defined]
             elts.insert(1, ast.Constant(None))
-        return _substitute(node, var, new_var)
+        return substitute(node, var, new_var)
 
     fold = None
     if j < pd:                          # a block dimension: folded into the first free dim
@@ -598,10 +598,10 @@ def _widen(elt: ast.expr, var: str, start: ast.expr, count: ast.expr, env: dict[
             return None
         if c is None or c <= 0 or width != c or _step(elt.upper, var, env) != c:
             return None
-        return "slice", ast.Slice(_substitute(elt.lower, var, start), _substitute(elt.lower, var, end))
+        return "slice", ast.Slice(substitute(elt.lower, var, start), substitute(elt.lower, var, end))
     if _step(elt, var, env) != 1:
         return None
-    return "int", ast.Slice(_substitute(elt, var, start), _substitute(elt, var, end))
+    return "int", ast.Slice(substitute(elt, var, start), substitute(elt, var, end))
 
 
 def _plan_basic(load: _Load, alloc: ast.Assign, var: str, start: ast.expr, count: ast.expr,
