@@ -68,6 +68,10 @@ def _hoist_level(x: ast.expr, loops: list[ast.For]) -> tuple[int, ast.For | None
     return best
 
 
+def _untransposed(k: ast.keyword) -> bool:
+    return k.arg == "transpose_x" and isinstance(k.value, ast.Constant) and k.value.value is False
+
+
 def _fresh(names: set[str], base: str) -> str:
     name, k = f"{base}_T", 1
     while name in names:
@@ -90,7 +94,8 @@ def pretranspose_matmul(source: str) -> list[Applied]:
     out = []
     for fn in kernel_functions(tree):
         for call, loops in _chains(fn, nl):
-            if len(call.args) != 2 or call.keywords or not isinstance(call.args[0], (ast.Name, ast.Subscript)):
+            if len(call.args) != 2 or not all(_untransposed(k) for k in call.keywords) \
+                    or not isinstance(call.args[0], (ast.Name, ast.Subscript)):
                 continue   # transpose_x, masks or other options: left as written
             x, y = call.args
             found = _hoist_level(x, loops)
