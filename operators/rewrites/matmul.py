@@ -18,7 +18,7 @@ from .aliases import imported
 from .dma import substitute
 from .program import Applied, call_name, kernel_functions, names_read, names_written, parse
 
-LOOPS = {"range", "affine_range", "static_range"}   # a sequential loop's order is left alone
+LOOPS = {"range", "affine_range", "static_range", "sequential_range"}
 
 
 def _chains(fn: ast.FunctionDef, nl: str):
@@ -62,10 +62,19 @@ def _hoist_level(x: ast.expr, loops: list[ast.For]) -> tuple[int, ast.For | None
         if len(used) > 1:
             break
         dep = used[0] if used else None
-        if dep is not None and (_count(dep) is None or names_read(dep.iter) & written):
+        if dep is not None and (_count(dep) is None or names_read(dep.iter) & written
+                                or _read_outside(dep.target.id, level, dep)):   # type: ignore[union-attr]
             break
         best = (j, dep)
     return best
+
+
+def _read_outside(name: str, level: ast.For, dep: ast.For) -> bool:
+    """Whether `level` reads `name` outside `dep` (the transposes' loop, run before `level`,
+    leaves `name` at its last value)."""
+    inside = {id(n) for n in ast.walk(dep)}
+    return any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load) and id(n) not in inside
+               for n in ast.walk(level))
 
 
 def _untransposed(k: ast.keyword) -> bool:

@@ -80,7 +80,10 @@ def test_an_operand_invariant_in_all_inner_loops_is_transposed_once_before_them(
     ("x_tile[:, k * 128:(k + 1) * 128]", "x_tile[:, (k + n) % 2 * 128:((k + n) % 2 + 1) * 128]"),
     # the operand is written inside the loop over n
     ("acc = nl.zeros(", "x_tile[...] = nl.multiply(x_tile, 2.0)\n            acc = nl.zeros("),
-], ids=["transposed-already", "masked", "depends-on-n", "written-in-n"])
+    # the loop variable x follows is read in the loop over n before its own loop
+    ("acc = nl.zeros((128, 512), nl.float32, buffer=nl.psum)",
+     "acc = nl.zeros((128, 512), nl.float32, buffer=nl.psum)\n            first = k"),
+], ids=["transposed-already", "masked", "depends-on-n", "written-in-n", "k-read-before-its-loop"])
 def test_it_declines_where_the_operand_is_not_the_same_in_every_iteration(change):
     source = ROW_REUSE.replace(*change)
     assert source != ROW_REUSE
