@@ -43,6 +43,11 @@ def replace_spans(source: str, edits: list[tuple[Span, str]]) -> str:
     return data.decode()
 
 
+def indentation(line: str) -> str:
+    """The leading whitespace of a source line."""
+    return line[: len(line) - len(line.lstrip())]
+
+
 def statement_lines(stmt: ast.stmt) -> tuple[int, int]:
     """The 0-based [first, last] line range of a statement, decorators included."""
     first = min([stmt.lineno] + [d.lineno for d in getattr(stmt, "decorator_list", [])])
@@ -55,7 +60,7 @@ def replace_statements(source: str, edits: dict[ast.stmt, list[str] | None]) -> 
     lines = source.splitlines(keepends=True)
     for stmt in sorted(edits, key=lambda s: s.lineno, reverse=True):
         first, last = statement_lines(stmt)
-        indent = lines[first][: len(lines[first]) - len(lines[first].lstrip())]
+        indent = indentation(lines[first])
         new = edits[stmt]
         lines[first:last + 1] = [] if new is None else [indent + text + "\n" for text in new]
     return "".join(lines)
@@ -66,12 +71,12 @@ def move_statements(source: str, moved: list[ast.stmt], before: ast.stmt) -> str
     at its indentation; `before` must not be one of them and must come before all of them."""
     lines = source.splitlines(keepends=True)
     first_before = statement_lines(before)[0]
-    indent = lines[first_before][: len(lines[first_before]) - len(lines[first_before].lstrip())]
+    indent = indentation(lines[first_before])
     blocks = []
     for stmt in sorted(moved, key=lambda s: s.lineno, reverse=True):
         first, last = statement_lines(stmt)
         block = lines[first:last + 1]
-        own = block[0][: len(block[0]) - len(block[0].lstrip())]
+        own = indentation(block[0])
         blocks.append([indent + ln[len(own):] if ln.startswith(own) else ln for ln in block])
         del lines[first:last + 1]
     for block in blocks:  # reversed order of removal: the first moved statement ends on top

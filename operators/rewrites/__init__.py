@@ -1,6 +1,7 @@
 """Structural rewrites: small, named, semantics-preserving transformations of NKI source in
-both dialects (where the dialect has the construct: `nl.matmul` is legacy only). Each returns every way it applies to a kernel (an empty list when its
-precondition does not hold); no rewrite scores itself: every child goes through the fitness.
+both dialects (where the dialect has the construct: `nl.matmul` is legacy only). Each returns
+every way it applies to a kernel (an empty list when its precondition does not hold); no
+rewrite scores itself: every child goes through the fitness.
 """
 
 from __future__ import annotations

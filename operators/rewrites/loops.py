@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ast
 
-from ..edits import move_statements
+from ..edits import indentation, move_statements
 from .program import Applied, blocks, call_name, instr, kernel_functions, lines_of, names_read, names_written, parse
 
 LOOPS = {"range", "affine_range", "static_range"}    # sequential loops carry dependencies: left alone
@@ -61,7 +61,7 @@ def interchange(source: str) -> list[Applied]:
         new = list(lines)
         for loop, header in ((outer, hi), (inner, ho)):
             old = new[loop.lineno - 1]
-            indent = old[: len(old) - len(old.lstrip())]
+            indent = indentation(old)
             new[loop.lineno - 1] = indent + header + "\n"
         out.append(Applied("".join(new), f"interchanged the loops over {outer.target.id} and "
                                          f"{getattr(inner.target, 'id', '?')} (lines {outer.lineno}, {inner.lineno})"))
@@ -154,8 +154,7 @@ def _rename(lines: list[str], stmts: list[ast.stmt], old: str, new: str) -> None
 
 
 def _indent(lines: list[str], node: ast.AST) -> str:
-    line = lines[node.lineno - 1]
-    return line[: len(line) - len(line.lstrip())]
+    return indentation(lines[node.lineno - 1])
 
 
 def merge_loops(source: str) -> list[Applied]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ast
 
-from ..edits import Span, replace_spans
+from ..edits import Span, indentation, replace_spans
 from .aliases import imported
 from .dma import substitute
 from .program import Applied, call_name, kernel_functions, names_read, names_written, parse
@@ -111,13 +111,10 @@ def pretranspose_matmul(source: str) -> list[Applied]:
             if found is None:
                 continue
             level, dep = loops[found[0]], found[1]
-            header = lines[level.lineno - 1]
-            indent = header[: len(header) - len(header.lstrip())]
             if level.body[0].lineno == level.lineno:
-                continue
-            base = x.id if isinstance(x, ast.Name) else getattr(x.value, "id", "x")
-            xt = _fresh(taken, base)
-            taken.add(xt)
+                continue   # a one-line loop: no line to insert before its body
+            indent = indentation(lines[level.lineno - 1])
+            xt = _fresh(taken, x.id if isinstance(x, ast.Name) else getattr(x.value, "id", "x"))
             x_text = ast.get_source_segment(source, x)
             transposed = f"{nl}.copy({nl}.transpose({x_text}))"
             if dep is None:
@@ -127,8 +124,7 @@ def pretranspose_matmul(source: str) -> list[Applied]:
                 k = dep.target.id   # type: ignore[union-attr]
                 first = ast.unparse(substitute(x, k, ast.Constant(0)))
                 count = ast.get_source_segment(source, _count(dep))
-                body = lines[level.body[0].lineno - 1]
-                step = body[len(indent): len(body) - len(body.lstrip())] or "    "
+                step = indentation(lines[level.body[0].lineno - 1])[len(indent):] or "    "
                 # The transposed tile is [K, M] of x's [M, K], read off x's first tile when traced.
                 pre = (f"{indent}{xt} = {nl}.ndarray(({count}, {nl}.par_dim({first}.shape[1]), {first}.shape[0]), "
                        f"dtype={nl}.float32, buffer={nl}.sbuf)\n"

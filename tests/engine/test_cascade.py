@@ -205,7 +205,6 @@ def test_latency_first_decides_every_generation_as_a_full_judgement_does(tmp_pat
         assert not_judged > 0 and len(set(lazy.judged)) < len(set(eager.judged))
 
 
-
 @pytest.mark.slow
 def test_the_benchmark_runs_both_settings_side_by_side(tmp_path):
     """benchmarks/cascade.py --jobs 2 (a built-in problem at its small shape, one generation):
