@@ -44,7 +44,7 @@ from .individual import KernelRecord, ProblemState, kernel_from_meta, new_kernel
 from .memory import Candidate, OptimizationMemory
 from .novelty import NoveltyIndex
 from .records import Checkpoint, EvaluationLine, ProblemInfo
-from .selection import Plans, select_distinct, selection_operator, survivors, update_hall_of_fame
+from .selection import HallOfFame, Plans, select_distinct, selection_operator, survivors, update_hall_of_fame
 
 HALL_OF_FAME_SIZE = 10
 
@@ -330,8 +330,8 @@ class Engine:
             started = time.perf_counter()
             base_src = problem.baseline_source
             baseline = new_kernel(base_src, kernel_id(base_src), operator="baseline", generation=0)
-            state = ProblemState(spec=problem.spec, hall_of_fame=tools.HallOfFame(
-                HALL_OF_FAME_SIZE, similar=lambda a, b: a.id == b.id), logbook=tools.Logbook(), baseline_id=baseline.id)
+            state = ProblemState(spec=problem.spec, hall_of_fame=HallOfFame(HALL_OF_FAME_SIZE),
+                                 logbook=tools.Logbook(), baseline_id=baseline.id)
             self.states[name] = state
             evaluations = self._evaluate(state, [baseline], f"gen 0 {name} baseline", 0)
             if not baseline.valid:
@@ -519,7 +519,7 @@ class Engine:
         """Decisions tried without effects: the engine's random state is restored afterwards,
         and a copy of the hall of fame is given to update."""
         saved = self.py_rng.getstate()
-        hof = tools.HallOfFame(HALL_OF_FAME_SIZE, similar=state.hall_of_fame.similar)
+        hof = HallOfFame(HALL_OF_FAME_SIZE)
         hof.items, hof.keys = list(state.hall_of_fame.items), list(state.hall_of_fame.keys)
         try:
             yield hof
@@ -675,7 +675,7 @@ class Engine:
             info = checkpoint.problems[name]
             state = ProblemState(spec=problem.spec, baseline_id=info.baseline_id, known=dict(info.known))
             state.population = [kernel_from_meta(m, read_kernel(m.id)) for m in checkpoint.population[name]]
-            hof = tools.HallOfFame(HALL_OF_FAME_SIZE, similar=lambda a, b: a.id == b.id)
+            hof = HallOfFame(HALL_OF_FAME_SIZE)
             # Restore DEAP's internal order exactly (items best first, keys ascending).
             hof.items = [kernel_from_meta(m, read_kernel(m.id)) for m in checkpoint.hall_of_fame[name]]
             hof.keys = [ind.fitness for ind in reversed(hof.items)]

@@ -8,7 +8,9 @@ call runs with the global generator temporarily holding the engine's state.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
+import copy
 import functools
 import random
 from dataclasses import dataclass, field
@@ -96,6 +98,21 @@ def _tournament(entrants: list, size: int, rng: random.Random, valid: Callable[[
         for loser in {id(a): a for a in aspirants}.values():
             entrants.remove(loser)
     return None
+
+
+class HallOfFame(tools.HallOfFame):
+    """DEAP's hall of fame of kernels (alike when their ids are), where a kernel that only ties
+    a member ranks after it: the first kernel to reach a speed stays ahead of later equals, as
+    elitism keeps it in the population (DEAP's own insert puts the newcomer ahead)."""
+
+    def __init__(self, maxsize: int) -> None:
+        super().__init__(maxsize, similar=lambda a, b: a.id == b.id)
+
+    def insert(self, item: Any) -> None:
+        item = copy.deepcopy(item)   # as DEAP's insert: members are copies
+        i = bisect.bisect_left(self.keys, item.fitness)
+        self.items.insert(len(self) - i, item)
+        self.keys.insert(i, item.fitness)
 
 
 def update_hall_of_fame(hall_of_fame: Any, pool: Sequence[Any], valid: Callable[[Any], bool],

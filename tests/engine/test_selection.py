@@ -5,7 +5,8 @@ import pytest
 
 from accelopt_evo.config import SelectionSection
 from accelopt_evo.individual import new_kernel
-from accelopt_evo.selection import select_distinct, selection_operator, using_rng
+from accelopt_evo.cascade import quickness
+from accelopt_evo.selection import HallOfFame, select_distinct, selection_operator, survivors, using_rng
 from fitness.result import OK, EvalResult
 
 
@@ -58,3 +59,16 @@ def test_select_distinct_never_repeats():
     chosen = select_distinct(select, pop, 6)
     assert len({c.id for c in chosen}) == 6
     assert len(select_distinct(select, pop, 10)) == 6
+
+
+def test_a_kernel_that_only_ties_ranks_after_the_first_to_reach_that_speed_as_elitism_keeps_it():
+    first, tie, faster = (new_kernel(f"X = {i}\n", f"id{i}", result=EvalResult(OK, speedup=s))
+                          for i, s in enumerate((1.5, 1.5, 2.0)))
+    hall = HallOfFame(10)
+    hall.update([first])
+    hall.update([tie])
+    assert [k.id for k in hall] == ["id0", "id1"]
+    elite = survivors([first, tie], 1, 1, "best", 2, random.Random(0), lambda k: True, quickness)
+    assert elite[0].id == hall[0].id
+    hall.update([faster, first])   # a member again: no second copy
+    assert [k.id for k in hall] == ["id2", "id0", "id1"]
