@@ -47,6 +47,7 @@ def demo_profiles(measurements: Path) -> dict[str, dict]:
 
 
 def rows(measurements: Path, suite_dir: str | None, trace_cache: str | None) -> list[dict]:
+    """Per case: latencies, trn1's and the model's engine milliseconds, and the demo run's."""
     result = model_check(measurements, suite_dir, trace_cache=trace_cache)
     demos = demo_profiles(measurements)
     out = []

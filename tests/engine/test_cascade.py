@@ -18,7 +18,7 @@ from accelopt_evo.individual import new_kernel
 from accelopt_evo.memory import Candidate, OptimizationMemory
 from accelopt_evo.runfolder import RunFolder
 from accelopt_evo.runner import resume_run, start_run
-from accelopt_evo.selection import Plans, select_distinct, selection_operator, survivors, update_hall_of_fame
+from accelopt_evo.selection import HallOfFame, Plans, select_distinct, selection_operator, survivors, update_hall_of_fame
 from fitness.result import INCORRECT, NOT_JUDGED, OK, EvalResult
 
 from checkpoint_diff import comparable
@@ -100,9 +100,9 @@ def test_a_tournament_of_invalid_entrants_is_drawn_again_without_them():
 def test_hall_of_fame_on_demand_equals_updating_with_the_valid_kernels():
     for seed in range(30):
         population, known, timed, verdict = generation(random.Random(seed), children=12)
-        full = tools.HallOfFame(10, similar=lambda a, b: a.id == b.id)
+        full = HallOfFame(10)
         full.update(population[:4])
-        lazy = tools.HallOfFame(10, similar=lambda a, b: a.id == b.id)
+        lazy = HallOfFame(10)
         lazy.update(population[:4])
         full.update([k for k in population + known if k.valid])
         verdicts, judged = on_demand(timed, verdict)
