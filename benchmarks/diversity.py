@@ -1,4 +1,4 @@
-"""Diversity strategies against one population, at equal evaluation counts (issue 39's benchmark).
+"""Diversity strategies against one population, at equal evaluation counts.
 
     python benchmarks/diversity.py [--problems silu swiglu rope_single_freq_apply] [--seeds 0 1 2 3 4]
         [--gens 10] [--budget 48] [--shape small] [--strategies mu_plus_lambda islands map_elites novelty]

@@ -18,7 +18,7 @@ carries a digest of the shape-only trace (all records, tensors and loops), so th
 meant to leave traces alone (an optimisation) can be checked against the rows of a run
 before it.
 
-Targets (issue #3): emulation <= 10x the reference forward per kernel, all 14 within
+Targets: emulation <= 10x the reference forward per kernel, all 14 within
 5 minutes, shape-only tracing <= 2 s for the largest kernel, peak memory <= 8 GB.
 """
 

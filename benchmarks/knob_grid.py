@@ -8,7 +8,8 @@ space they search is the product of those values. For every setting this traces 
 shape-only at the problem's shape and estimates its latency (no correctness run: a setting
 the evaluation would reject still gets a figure), then prints the settings fastest first with
 their speedup over the baseline's own setting. Run it on two checkouts and compare the JSON
-to see how a change of the model changes what a search keeps (issue 16's search-level check).
+to see how a change of the model changes what a search keeps (the search-level check of
+fitness/simulator/perf/README.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The offline search on the NKIBench problems, beside AccelOpt's demo run (issue 36's benchmark).
+"""The offline search on the NKIBench problems, beside AccelOpt's demo run.
 
     python benchmarks/offline_search.py [--problems silu rope_single_freq_apply mamba ...]
         [--gens 20] [--seed 0] [--suite-dir ../shared/nkibench] [--out runs/offline-bench]

@@ -1,4 +1,4 @@
-"""Evaluation cost of the official NKIBench kernels at the paper's shapes (issue 22's acceptance).
+"""Evaluation cost of the official NKIBench kernels at the paper's shapes.
 
     python benchmarks/paper_eval.py [--suite-dir ../shared/nkibench] [--kernels silu matmul ...]
                                     [--cold] [--floor-only] [--workers N] [--json out.json]

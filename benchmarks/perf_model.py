@@ -8,7 +8,7 @@ for the named target) and the measured trn1 latency when the measurements file h
     python benchmarks/perf_model.py [--suite-dir ../shared/nkibench] [--kernels lora gqa_full ...]
                                     [--target trn1] [--repeat 1] [--json results.json]
 
-Target (issue #4): the model runs in at most 2 s on the largest trace (about 90 thousand
+Target: the model runs in at most 2 s on the largest trace (about 90 thousand
 instructions).
 """
 

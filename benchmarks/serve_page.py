@@ -1,4 +1,4 @@
-"""How fast `serve`'s page of a big run folder loads in a real browser (issue 38's benchmark).
+"""How fast `serve`'s page of a big run folder loads in a real browser.
 
     python benchmarks/serve_page.py [--run-dir DIR ...] [--repeat 3] [--out benchmarks/out/serve-page]
         [--screenshot FILE.png [--route 'run=0&problem=NAME'] [--width 1280 --height 900]]

@@ -23,8 +23,8 @@ def cand(child: str, speedup: float, problem: str = "silu", parent: str = "p") -
     return Candidate(problem, parent, child, speedup, "llm_mutation")
 
 
-def issue_sequence(seed: int) -> Iterator[tuple[int, list[Candidate]]]:
-    """The issue's run: 15 generations of 8 children, 15% of them 1.04-1.3x faster than their
+def run_sequence(seed: int) -> Iterator[tuple[int, list[Candidate]]]:
+    """A run of 15 generations of 8 children, 15% of them 1.04-1.3x faster than their
     parent, the rest 0.2-0.95x."""
     rng = random.Random(seed)
     for gen in range(1, GENERATIONS + 1):
@@ -53,13 +53,13 @@ def improvements(mem: OptimizationMemory) -> int:
 
 
 # ---------------------------------------------------------------------------------------
-# The issue's sequence.
+# That run's sequence.
 
 
 @pytest.mark.parametrize("seed", range(5))
 def test_balanced_keeps_half_of_the_memory_for_improvements_once_it_has_them(seed):
     mem, admitted = memory(BALANCED), 0
-    for gen, candidates in issue_sequence(seed):
+    for gen, candidates in run_sequence(seed):
         admitted += sum(c.speedup >= 1.0 for c in generation(mem, gen, candidates))
         assert len(mem.entries) <= CAPACITY
         assert improvements(mem) >= min(admitted, CAPACITY // 2)      # a win keeps its place
@@ -74,7 +74,7 @@ def test_the_old_failure_does_not_happen_at_any_generation_with_the_default():
     mem = new_memory(cfgmod.resolve())
     assert mem.policy == BALANCED
     shares = []
-    for gen, candidates in issue_sequence(1):   # the old policy held 16 regressions from gen 6 on
+    for gen, candidates in run_sequence(1):   # the old policy held 16 regressions from gen 6 on
         generation(mem, gen, candidates)
         shares.append(improvements(mem))
     assert shares == [2, 4, 5, 6, 7, 7, 8, 8, 8, 8, 8, 8, 8, 8, 8]
@@ -91,7 +91,7 @@ def test_a_weak_improvement_outlives_its_generation_among_strong_regressions(pol
 @pytest.mark.parametrize("policy", [BALANCED, ACCELOPT])
 def test_nothing_is_evicted_in_the_generation_that_paid_for_it(policy):
     mem = memory(policy, capacity=6, per_generation=6)
-    for gen, candidates in issue_sequence(3):
+    for gen, candidates in run_sequence(3):
         kept = generation(mem, gen, candidates)
         assert {c.child_id for c in kept} <= {e.child_id for e in mem.entries}
 
@@ -174,7 +174,7 @@ def test_accelopt_admission_takes_at_most_half_improvements_above_strict_thresho
 
 def accelopt_run(seed: int, per_generation: int = 8) -> list[list[MemoryEntry]]:
     mem, states = memory(ACCELOPT, seed=seed, per_generation=per_generation), []
-    for gen, candidates in issue_sequence(seed):
+    for gen, candidates in run_sequence(seed):
         before = list(mem.entries)
         kept = generation(mem, gen, candidates)
         wins = sum(c.speedup > 1.04 for c in kept)
@@ -223,7 +223,7 @@ def test_accelopt_sample_does_not_depend_on_how_a_generation_is_split():
 @pytest.mark.parametrize("policy", [BALANCED, ACCELOPT])
 def test_a_restored_memory_continues_like_the_uninterrupted_one(policy):
     straight, resumed = memory(policy, seed=2, per_generation=8), None
-    for gen, candidates in issue_sequence(2):
+    for gen, candidates in run_sequence(2):
         if gen == 8:
             resumed = memory(policy, seed=2, per_generation=8)
             resumed.load_entries(MemoryEntry.from_json(e) for e in straight.to_json())

@@ -10,7 +10,7 @@ from fitness.roofline import roofline
 from nkibench.official import import_reference, read_summary
 from nkibench.registry import ProblemError, builtin_names, load, make_spec
 
-# The paper's trn1 roofline peak latencies in ms (issue #5, from AccelOpt's calculation).
+# The paper's trn1 roofline peak latencies in ms (from AccelOpt's calculation).
 PAPER_PEAK_MS = {
     "rope_single_freq_apply": 0.915, "mamba": 0.819, "gqa_full": 5.787, "bmm_softmax": 4.681,
     "silu": 0.534, "adamw": 1.018, "matmul_add_rmsnorm": 1.447, "bmm": 2.515,

@@ -1,4 +1,4 @@
-"""Prompt construction: every role's messages carry what the issue asks for."""
+"""Prompt construction: every role's messages carry what the role needs."""
 
 from __future__ import annotations
 

@@ -67,7 +67,7 @@ def test_matmul_tutorial_versions_get_faster_in_the_tutorials_order_on_trn2():
     assert all(a > b for a, b in zip(ms, ms[1:]))
 
 
-@pytest.mark.xfail(strict=True, reason="issue 19, blocked on a trn2 measurement of these kernels: fused Mamba "
+@pytest.mark.xfail(strict=True, reason="blocked on a trn2 measurement of these kernels: fused Mamba "
                    "(batch 1, M=2048) is estimated v1 0.384, v2 0.384, v3 0.455 ms in the current dialect, where "
                    "v3's 512 chunks only add instructions (its broadcasts are evicted and its state copies run as "
                    "written; no source says how the NKI compiler lowers them); the legacy variants hold (0.382, "

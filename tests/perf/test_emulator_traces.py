@@ -1,5 +1,5 @@
 """The model on real emulator traces: the project's silu baseline, and (slow) the 14
-official NKIBench kernels against the trn1 measurements (the issue's acceptance)."""
+official NKIBench kernels against the trn1 measurements."""
 
 from __future__ import annotations
 
@@ -84,7 +84,7 @@ def _variant_pairs(result, first: str, second: str) -> list[dict]:
 
 @pytest.mark.slow
 def test_variants_rank_like_hardware(variants_result):
-    """Issue 16, on the model calibrated without any mamba kernel (leave-family-out): the
+    """On the model calibrated without any mamba kernel (leave-family-out): the
     same-shape pairs are ranked as trn1 ranks them, v1 -> v2 at 4096 x 512 is within 15%
     of its measured speedup, and the median latency error is at most 15%."""
     s = variants_result["summary"]
@@ -96,12 +96,12 @@ def test_variants_rank_like_hardware(variants_result):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 16, blocked on trn1 profiles of mamba v2 at 1024-7168: "
+@pytest.mark.xfail(strict=True, reason="blocked on trn1 profiles of mamba v2 at 1024-7168: "
                    "v2 -> v3 at 5120, 6144 and 7168 is predicted 1.16x, 1.17x, 1.36x against 1.37x, "
                    "1.40x, 1.71x measured; v2's VectorE work matches trn1's profiles at 512 and 8192, "
                    "and no profile between says what its VectorE waits for")
 def test_variants_speedups_and_max_error(variants_result):
-    """Issue 16, held out as above: v2 -> v3 within 15% of its measured speedup at every
+    """Held out as above: v2 -> v3 within 15% of its measured speedup at every
     sequence length (512-8192), and no variant's latency off by more than 35%."""
     assert variants_result["summary"]["max_abs_rel_error"] <= 0.35
     for p in _variant_pairs(variants_result, "mamba_v2", "mamba_v3"):
