@@ -56,7 +56,7 @@ def rows(measurements: Path, suite_dir: str | None, trace_cache: str | None) -> 
         row = {"name": r["name"], "problem": r["problem"], "measured_ms": r["measured_ms"],
                "predicted_ms": r["predicted_ms"], "engine_ms": engine_ms(measured, r["measured_ms"]),
                "model_ms": {ENGINE_NAMES[e]: r["busy_ms"][ENGINE_NAMES[e]] for e in ACTIVE}}
-        demo = demos.get(Path(r["kernel"]).stem)
+        demo = demos.get(r["kernel"])   # model-check's kernel is the file stem
         if demo:
             row["demo_ms"] = demo["latency"]
             row["demo_engine_ms"] = engine_ms(demo, demo["latency"])
