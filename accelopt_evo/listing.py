@@ -84,7 +84,7 @@ def problem_rows(suite_dir: str | None = None, *, simulate: bool = False, target
         peak = bound = None
         if problem.counts is not None:
             c = problem.counts
-            line = roofline(c.flops_matmul, c.flops_vector, c.hbm_bytes, target, c.matmul_dtype)
+            line = roofline(c, target)
             peak, bound = line.peak_latency_ms, line.bound
         row: dict[str, Any] = {
             "name": name,

@@ -113,8 +113,7 @@ def snapshot(traces: dict[str, tuple[Callable[[], Any], Any]], targets: list[str
             row["targets"][target] = {**fig, "bottleneck": ENGINE_NAMES.get(b, b)}
             if counts is not None:
                 own = fig["hbm_read_bytes"] + fig["hbm_write_bytes"]
-                row["targets"][target]["bound_ms"] = lower_bound(counts.flops_matmul, counts.hbm_bytes, own,
-                                                                 target, counts.matmul_dtype).latency_ms
+                row["targets"][target]["bound_ms"] = lower_bound(counts, own, target).latency_ms
         kernels[key] = row
         del trace
     return kernels

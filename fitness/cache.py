@@ -1,12 +1,15 @@
 """The evaluation cache: an EvalResult per (kernel, problem, backend, target, gate, evaluator).
 
-Keyed by the normalized kernel source (so formatting and comments do not matter), the problem
+Keyed by the kernel's syntax tree with its lines (`normalize.judged_form`: the performance model
+tells allocation sites apart by their source lines, so two layouts of one kernel may price
+differently and each keeps its own; comments and formatting within a line do not matter), the problem
 and its shape, the backend and target, the gate settings (seeds, held-out seeds, tolerance)
 and the evaluator's version, which includes a digest of the fitness and nkibench sources so
 that a changed simulator or problem never serves stale results. Entries are JSON files
 written atomically, in the run folder and optionally in a cache folder shared between runs.
 Only outcomes that do not depend on the sandbox limits are stored (not timeouts, memory
-exhaustion or crashes).
+exhaustion or crashes); a latency stage's timing (not_judged) is, so that the full judgement
+that follows it in another process can be compared with it.
 """
 
 from __future__ import annotations
@@ -22,11 +25,11 @@ from typing import Any, Sequence
 
 from nkibench.problem import ProblemSpec
 
-from .normalize import normalize_source
-from .result import COMPILE_ERROR, INCORRECT, OK, REJECTED, EvalResult
+from .normalize import judged_form
+from .result import COMPILE_ERROR, INCORRECT, NOT_JUDGED, OK, REJECTED, EvalResult
 from .settings import EVALUATOR_VERSION
 
-CACHEABLE = frozenset({OK, REJECTED, COMPILE_ERROR, INCORRECT})
+CACHEABLE = frozenset({OK, REJECTED, COMPILE_ERROR, INCORRECT, NOT_JUDGED})
 _PACKAGES = ("fitness", "nkibench")
 
 
@@ -54,7 +57,7 @@ def cache_key(source: str, spec: ProblemSpec, backend: str, target: str, gate: S
     problem = [spec.name, list(spec.params), spec.suite_dir]
     if spec.dialect:   # the baseline's dialect decides speedups; "" keeps earlier keys
         problem.append(spec.dialect)
-    fields = {"source": normalize_source(source), "problem": problem,
+    fields = {"source": judged_form(source), "problem": problem,
               "backend": backend, "target": target, "gate": list(gate), "version": version}
     if context is not None:
         fields["context"] = list(context)

@@ -126,7 +126,8 @@ class RayEvaluator(service.Evaluator):
                 "target": self.target, "host": self._host, "options": self._worker_options(),
                 "references": [self._token, digest, cases, [files]], "version": self._version,
                 "artifacts": self.run_dir is not None, "board": self._progress_board(),
-                "label": service.kernel_id(source)[:8], "stage": stage}
+                "label": service.kernel_id(source)[:8], "stage": stage,
+                "yardsticks": self._yardsticks(spec, source, stage)}
 
     def _compute(self, spec: ProblemSpec, source: str, stage: str = service.FULL) -> EvalResult:
         ray = self._ray
@@ -421,7 +422,8 @@ def _judge(job: dict[str, Any], name: str, artifacts: dict[str, bytes]) -> EvalR
 
         token, digest, cases, holder = job["references"]
         result = service.judge_cases(spec, source, lambda: node_cases(token, digest, cases, holder), job["settings"],
-                                     launcher, running=running, keep=keep, stage=job.get("stage", service.FULL))
+                                     launcher, running=running, keep=keep, stage=job.get("stage", service.FULL),
+                                     yardsticks=job.get("yardsticks"))
     result.dialect = dialect
     return result
 

@@ -36,8 +36,12 @@ ESCAPE_NAMES = frozenset({
     "pickle", "marshal", "types", "io", "pathlib", "shutil", "posix", "numpy", "np", "ml_dtypes",
 })
 
-# Builtins that read files, run code, or look objects up by a string name.
+# Builtins that read files, run code, or look objects up by a string name; and those whose value
+# depends on the process (`id` is an address, `hash` of a string is salted per process, `repr`,
+# `ascii` and `format` of most objects spell out an address): a kernel branching on them traces
+# one instruction stream here and another there.
 FORBIDDEN_NAMES = frozenset({
+    "id", "hash", "repr", "ascii", "format",
     "open", "exec", "eval", "compile", "__import__", "getattr", "setattr", "delattr", "hasattr",
     "globals", "locals", "vars", "dir", "breakpoint", "input", "help", "exit", "quit",
     "memoryview", "type", "object", "super", "classmethod", "staticmethod", "property",

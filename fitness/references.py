@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence, Union
 
-from nkibench.families import STANDARD
+from nkibench.families import DERIVED_NAMES, STANDARD
 from nkibench.problem import ProblemSpec, widen
 
 from . import arrays
@@ -27,7 +27,9 @@ from .sandbox import clean_env, python_command
 
 # Bump when the files this module writes change; with a digest of the problems' code it names
 # the folder of reference data kept across runs, so that changed problems never serve stale data.
-REFERENCE_FORMAT = "2"   # 2: dtypes of inputs and outputs in meta.json (bfloat16 and fp8 problems)
+# 2: dtypes of inputs and outputs in meta.json (bfloat16 and fp8 problems); 3: the expected figures
+# of a narrow-float problem computed on its inputs widened to float64 (they were widened to float32)
+REFERENCE_FORMAT = "3"
 
 
 class ReferenceError(RuntimeError):
@@ -83,7 +85,7 @@ class SeedData:
     family: str = STANDARD       # the input family the seed's inputs were drawn from
     # The dtype names of the array inputs, and of the outputs a kernel must return: those of
     # the reference run on the inputs as drawn. The expected files hold the reference's figures
-    # computed on the same inputs widened to float32 where they are narrower (`compute`).
+    # computed on the same inputs widened to float64 where they are narrower (`compute`).
     input_dtypes: tuple[str, ...] = ()
     expected_dtypes: tuple[str, ...] = ()
 
@@ -181,7 +183,7 @@ def compute(spec: ProblemSpec, draws: Sequence[Draw], out: Path) -> None:
 
     With inputs narrower than float32 (bfloat16, fp8) the reference runs twice: on the inputs
     as drawn, which gives the dtypes a kernel must return, and on the same values widened to
-    float32, which gives the figures a kernel is judged against (NumPy would otherwise round
+    float64, which gives the figures a kernel is judged against (NumPy would otherwise round
     every intermediate of the reference to the narrow type)."""
     import numpy as np
 
@@ -205,6 +207,8 @@ def compute(spec: ProblemSpec, draws: Sequence[Draw], out: Path) -> None:
         wide = widen(inputs)
         if any(w is not x for w, x in zip(wide, inputs)):
             expected = problem.reference(*wide)
+        if family in DERIVED_NAMES:
+            _check_domain(problem, seed, family, expected)
         names_out = []
         for j, y in enumerate(expected):
             arrays.save(folder / f"out-{j}.npy", np.asarray(y))
@@ -214,6 +218,26 @@ def compute(spec: ProblemSpec, draws: Sequence[Draw], out: Path) -> None:
                                                       "input_dtypes": input_dtypes, "expected_dtypes": declared}))
         for name in [n for n in names_in if isinstance(n, str)] + names_out:
             (folder / name).chmod(0o444)
+
+
+def _nonfinite(outputs: Sequence[Any]) -> int:
+    import numpy as np
+
+    return sum(int(np.size(y) - np.count_nonzero(np.isfinite(np.asarray(y, dtype=np.float64)))) for y in outputs)
+
+
+def _check_domain(problem: Any, seed: int, family: str, expected: Sequence[Any]) -> None:
+    """Raise when a derived input family leaves the reference's domain: more non-finite
+    outputs than the seed's standard draw gives (such elements would check nothing)."""
+    bad = _nonfinite(expected)
+    if not bad:
+        return
+    standard = problem.reference(*widen(problem.inputs(seed)))
+    if bad > _nonfinite(standard):
+        raise ValueError(f"the derived input family '{family}' gives {bad} non-finite reference output value(s) "
+                         f"where the standard inputs give {_nonfinite(standard)}: it is outside the problem's domain; "
+                         f"name the derived families that are valid with DERIVED_FAMILIES = (...) in its module "
+                         f"(known: {', '.join(DERIVED_NAMES)})")
 
 
 def main() -> None:

@@ -27,7 +27,7 @@ STATUSES = (OK, REJECTED, COMPILE_ERROR, INCORRECT, TIMEOUT, MEMORY_EXCEEDED, CR
 # Where an evaluation ran: evaluations.jsonl records it; cache entries and checkpoints leave it
 # out, so that they do not depend on the executor (local or Ray) or on the machine.
 PLACEMENT = ("worker", "host")
-_OPTIONAL = ("dialect", "sdk_version", "instance_type", "calibration", *PLACEMENT)   # left out of to_dict when unset
+_OPTIONAL = ("dialect", "sdk_version", "instance_type", "calibration", "errors", *PLACEMENT)   # left out of to_dict when unset
 
 
 @dataclass
@@ -54,6 +54,9 @@ class EvalResult:
     # ("" for cached results and verdicts of the engine process alone).
     worker: str = ""
     host: str = ""
+    # The L2 relative error of each output on each seed of the judgement, in seed order (ok
+    # results): a baseline's are the yardstick the other kernels of its problem are judged by.
+    errors: list[list[float]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -76,7 +79,7 @@ class EvalResult:
         (cache entries, checkpoints)."""
         data = dataclasses.asdict(self)
         for name in _OPTIONAL:
-            if data[name] in (None, "") or (not placement and name in PLACEMENT):
+            if data[name] in (None, "", []) or (not placement and name in PLACEMENT):
                 del data[name]
         return data
 

@@ -1,7 +1,8 @@
 """The paper's roofline: the best latency a problem could reach on a target.
 
 peak latency = max(matmul flops / TensorE peak, vector flops / vector peak,
-HBM bytes / HBM bandwidth); percent_of_peak = peak latency / latency * 100. The flop and
+HBM bytes / HBM bandwidth); percent_of_peak = peak latency / latency * 100, never above 100 for
+a selectable kernel (`lower_bound`). The flop and
 byte counts come from the problem (nkibench); the peaks are per target: AccelOpt's constants
 for trn1, the documented figures of the target's `Hardware` entry for trn2 and trn3. The
 TensorE peak is the fp32 one (four passes per row) scaled to the problem's matmul dtype by
@@ -12,6 +13,8 @@ a double-rate mode.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from nkibench.problem import Counts
 
 from fitness.simulator.perf.hardware import hardware
 
@@ -54,14 +57,18 @@ def matmul_peak(p: Peaks, target: str, dtype: str) -> float:
     return p.matmul_flops_per_s * hw.mm_cycles("float32") / hw.mm_cycles(dtype)
 
 
-def roofline(flops_matmul: float, flops_vector: float, hbm_bytes: float, target: str,
-             matmul_dtype: str = "float32") -> Roofline:
+def _terms(counts: Counts, target: str) -> dict[str, float]:
+    """Seconds of each roofline term of `counts` on `target`."""
     p = peaks(target)
-    terms = {
-        "vec": flops_vector / p.vector_flops_per_s,
-        "mm": flops_matmul / matmul_peak(p, target, matmul_dtype),
-        "memory": hbm_bytes / p.hbm_bytes_per_s,
+    return {
+        "vec": counts.flops_vector / (p.vector_flops_per_s * counts.vector_ops_per_pass),
+        "mm": counts.flops_matmul / matmul_peak(p, target, counts.matmul_dtype),
+        "memory": counts.hbm_bytes / p.hbm_bytes_per_s,
     }
+
+
+def roofline(counts: Counts, target: str) -> Roofline:
+    terms = _terms(counts, target)
     bound = max(terms, key=terms.__getitem__)
     return Roofline(terms[bound] * 1e3, bound)
 
@@ -74,20 +81,23 @@ class Bound:
     why: str
 
 
-def lower_bound(flops_matmul: float, hbm_bytes: float, kernel_hbm_bytes: float, target: str,
-                matmul_dtype: str = "float32") -> Bound:
-    """The latency below which an estimate is a model error: the problem's HBM bytes and matmul
-    flops, and the HBM bytes the kernel itself moves, each at the target's peak. The vector
-    term of the roofline is left out: it counts the reference's element-wise operations, which
-    a kernel may legitimately fuse (silu's four in one activation) or spread over more engines."""
+def lower_bound(counts: Counts, kernel_hbm_bytes: float, target: str) -> Bound:
+    """The latency below which a latency is an error of the model (or of the problem's counts):
+    every term of the roofline (the problem's HBM bytes, matmul flops and element-wise work, each
+    at the target's peak) and the HBM bytes the kernel itself moves. A latency at least this
+    long is at most 100% of peak. The element-wise term counts the work in engine passes
+    (`Counts.vector_ops_per_pass`): a user problem's counted operations are divided by the most
+    an instruction fuses into one pass, the paper's formulas are taken as they are."""
     p = peaks(target)
-    terms = {
-        f"the problem's {hbm_bytes / 1e6:.3g} MB of HBM traffic": hbm_bytes / p.hbm_bytes_per_s,
-        f"the problem's {flops_matmul / 1e9:.3g} GFLOP of matmul": flops_matmul / matmul_peak(p, target, matmul_dtype),
+    terms = _terms(counts, target)
+    named = {
+        f"the problem's {counts.hbm_bytes / 1e6:.3g} MB of HBM traffic": terms["memory"],
+        f"the problem's {counts.flops_matmul / 1e9:.3g} GFLOP of matmul": terms["mm"],
+        f"the problem's {counts.flops_vector / 1e9:.3g} GFLOP of element-wise work": terms["vec"],
         f"the kernel's own {kernel_hbm_bytes / 1e6:.3g} MB of HBM traffic": kernel_hbm_bytes / p.hbm_bytes_per_s,
     }
-    why = max(terms, key=terms.__getitem__)
-    return Bound(terms[why] * 1e3, f"{why} at {target}'s peak")
+    why = max(named, key=named.__getitem__)
+    return Bound(named[why] * 1e3, f"{why} at {target}'s peak")
 
 
 def percent_of_peak(peak_latency_ms: float | None, latency_ms: float | None) -> float | None:

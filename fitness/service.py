@@ -179,7 +179,7 @@ class Evaluator:
             if hit is not None:
                 ready[key] = dataclasses.replace(hit, seconds=time.monotonic() - started)
             else:
-                futures[key] = self._pool.submit(key, functools.partial(self._evaluate_raw, spec, source, key, stage))
+                futures[key] = self._submit_raw(spec, source, key, stage, baseline)
         for _ in self._pool.completed(list(futures.values()), progress):
             pass
         ready.update({key: f.result() for key, f in futures.items()})
@@ -210,7 +210,7 @@ class Evaluator:
             raw: Future = Future()
             raw.set_result(hit)
         else:
-            raw = self._pool.submit(key, functools.partial(self._evaluate_raw, spec, source, key, stage))
+            raw = self._submit_raw(spec, source, key, stage, baseline)
 
         def finish(_done: Future) -> None:
             try:
@@ -286,6 +286,27 @@ class Evaluator:
             return ["calibration", self._calibration.digest]
         return None
 
+    def _submit_raw(self, spec: ProblemSpec, source: str, key: str, stage: str, baseline: Future) -> Future:
+        """The future of `_evaluate_raw`. A full judgement is held to its baseline's errors
+        (`_yardsticks`), so it enters the pool once the baseline is judged: no worker waits for
+        it meanwhile, and a baseline judged alone may take every idle worker."""
+        work = functools.partial(self._evaluate_raw, spec, source, key, stage)
+        if baseline.done() or stage != FULL:
+            return self._pool.submit(key, work)
+        out: Future = Future()
+
+        def start(_baseline: Future) -> None:
+            try:
+                inner = self._pool.submit(key, work)
+            except BaseException as exc:  # noqa: BLE001 - e.g. the evaluator closed meanwhile
+                out.set_exception(exc)
+                return
+            inner.add_done_callback(lambda f: out.set_exception(f.exception()) if f.exception() is not None
+                                    else out.set_result(f.result()))
+
+        baseline.add_done_callback(start)
+        return out
+
     def _baseline_future(self, spec: ProblemSpec) -> Future:
         with self._lock:
             future = self._baselines.get(spec)
@@ -313,6 +334,8 @@ class Evaluator:
             raise   # the problem's reference is broken: no kernel can be judged
         except Exception as exc:  # an evaluator bug must not end the run; say what happened
             result = internal_error(exc)
+        if stage == FULL and result.traced:
+            result = self._same_as_timed(spec, source, result)
         result.kernel_id = kernel_id(source)
         result.problem = spec.label()
         result.backend = self.backend
@@ -325,6 +348,17 @@ class Evaluator:
         self._cache.put(key, result)
         return result
 
+    def _same_as_timed(self, spec: ProblemSpec, source: str, result: EvalResult) -> EvalResult:
+        """`result`, or a compile error when the kernel was timed by a latency stage before (a
+        search's cascade: another kernel process) and traced otherwise then: its instruction
+        stream depends on the process, and neither figure stands for the other."""
+        timed = self._cache.get(self._key(spec, source, LATENCY))
+        if timed is None or not timed.traced or timed.status != NOT_JUDGED:
+            return result
+        if timed.latency_ms != result.latency_ms or timed.profile != result.profile:
+            return _traced_apart(result)
+        return result
+
     def _compute(self, spec: ProblemSpec, source: str, stage: str = FULL) -> EvalResult:
         """The static policy decides the source's dialect once; the result records it."""
         dialect, result = review(source, self.backend, self.target, self._host)
@@ -333,7 +367,8 @@ class Evaluator:
             kid = kernel_id(source)
             keep = (lambda workdir, names: self._keep_artifacts(workdir, names, kid)) if self.run_dir else None
             result = judge_cases(spec, source, lambda: self._cases(spec), self.settings, self._launcher,
-                                 running=functools.partial(self._running_as, source), keep=keep, stage=stage)
+                                 running=functools.partial(self._running_as, source), keep=keep, stage=stage,
+                                 yardsticks=self._yardsticks(spec, source, stage))
         result.dialect = dialect
         result.host = HOSTNAME
         return result
@@ -358,6 +393,20 @@ class Evaluator:
             return {"calibration": {"data": self._calibration.to_dict(), "path": self._calibration.path}}
         return {}
 
+    def _yardsticks(self, spec: ProblemSpec, source: str, stage: str) -> list[list[float]] | None:
+        """The baseline's errors on every case, which a full judgement of another kernel of
+        the problem is held to (None for the baseline itself, judged by the problem's own
+        tolerance, for the latency stage, and when the baseline is not ok)."""
+        if stage != FULL:
+            return None
+        baseline_source = load(spec).baseline_source
+        if not baseline_source.strip() or kernel_id(source) == kernel_id(baseline_source):
+            return None
+        with self._lock:
+            future = self._baselines.get(spec)
+        base = future.result() if future is not None else None   # done: see `_submit_raw`
+        return base.errors if base is not None and base.ok and base.errors else None
+
     def _cases(self, spec: ProblemSpec) -> list[Case]:
         s = self.settings
         draws = [(x, STANDARD) for x in s.seeds] + heldout_draws(load(spec), s.heldout_seeds)
@@ -377,15 +426,17 @@ class Evaluator:
 
 
     def _finish(self, spec: ProblemSpec, raw: EvalResult, baseline: EvalResult) -> EvalResult:
-        """A copy of `raw` with speedup (vs the baseline) and percent of peak filled in."""
-        result = dataclasses.replace(raw, profile=dict(raw.profile))
+        """A copy of `raw` with speedup (vs the baseline) and percent of peak filled in, or a
+        model error where its latency beats the least a correct kernel can have: every result,
+        fresh or cached, the baseline's too, so that no stored figure escapes the backstop."""
+        problem = load(spec)
+        result = below_bound(problem, dataclasses.replace(raw, profile=dict(raw.profile)), self.target, self.backend)
+        baseline = below_bound(problem, baseline, self.target, self.backend)
         if result.status in (OK, NOT_JUDGED) and result.latency_ms:
             if baseline.ok and baseline.latency_ms:
                 result.speedup = baseline.latency_ms / result.latency_ms
-            counts = load(spec).counts
-            if counts is not None:
-                peak = roofline(counts.flops_matmul, counts.flops_vector, counts.hbm_bytes, self.target,
-                                counts.matmul_dtype)
+            if problem.counts is not None:
+                peak = roofline(problem.counts, self.target)
                 result.percent_of_peak = percent_of_peak(peak.peak_latency_ms, result.latency_ms)
         return result
 
@@ -503,13 +554,16 @@ def review(source: str, backend: str, target: str,
 
 def judge_cases(spec: ProblemSpec, source: str, cases: Callable[[], list[Case]], settings: EvalSettings,
                 launcher: KernelLauncher, *, running: Callable[[str], ContextManager[Any]] | None = None,
-                keep: Callable[[Path, list[str]], None] | None = None, stage: str = FULL) -> EvalResult:
+                keep: Callable[[Path, list[str]], None] | None = None, stage: str = FULL,
+                yardsticks: Sequence[Sequence[float]] | None = None) -> EvalResult:
     """Judge a source the policy accepted: the precision of its dtypes against the reference
     data of every case (`cases()`), then a sandboxed kernel process that runs it on each case
     while this process judges the outputs case by case, then latency and profile. `keep` gets
     the artifacts of an ok result (NEFF, trace) before its working folder is removed. The
     `stage` LATENCY stops after the shape-only trace (a backend that traces: the simulator).
-    The local evaluator and a Ray task judge through this same function."""
+    `yardsticks`: the baseline's error on each output of each case, which sets the tolerances
+    (`tolerances`; None: the problem's own, as for the baseline itself). The local evaluator
+    and a Ray task judge through this same function."""
     problem = load(spec)
     seeds = cases()
     if stage == LATENCY:
@@ -524,7 +578,7 @@ def judge_cases(spec: ProblemSpec, source: str, cases: Callable[[], list[Case]],
             return EvalResult(INCORRECT, _precision_message(downgraded[0], limit))
     workdir = Path(tempfile.mkdtemp(prefix=_scratch_prefix(KERNEL_PREFIX), dir=_work_root()))
     try:
-        tolerances = [settings.rel_tol or problem.tolerance_for(d) for d in declared]
+        tolerance = tolerances(problem, declared, len(seeds), settings.rel_tol, yardsticks)
         request = {
             "source": source, "problem": [spec.name, list(spec.params), spec.suite_dir],
             "backend": launcher.backend, "target": launcher.target,
@@ -536,7 +590,8 @@ def judge_cases(spec: ProblemSpec, source: str, cases: Callable[[], list[Case]],
         def part(first: int, stop: int, folder: Path) -> tuple[_Judge, dict[str, Any]]:
             """The judge and the request of seeds [first, stop)."""
             cases = seeds[first:stop]
-            judge = _Judge(problem, cases, tolerances, declared, limit, folder, first=first, total=len(seeds))
+            judge = _Judge(problem, cases, tolerance[first:stop], declared, limit, folder, first=first,
+                           total=len(seeds))
             return judge, dict(request, cases=[{"label": c.label, "inputs": c.data.request_inputs()} for c in cases])
 
         # The later seeds of a judgement take a second kernel process when a worker is idle
@@ -551,8 +606,6 @@ def judge_cases(spec: ProblemSpec, source: str, cases: Callable[[], list[Case]],
                 judge, whole = part(0, len(seeds), workdir)
                 outcome, worker = launcher.run(whole, workdir, judge.on_message, running)
                 result = judge.result(outcome, settings.timeout_s, stage)
-        if result.ok and launcher.backend == "simulator":
-            result = below_bound(problem, result, launcher.target)
         if result.ok and keep is not None and judge.artifacts:
             keep(workdir, judge.artifacts)
         result.worker = worker
@@ -642,7 +695,25 @@ def _judge_split(part: Callable[[int, int, Path], tuple["_Judge", dict[str, Any]
     rest = later["judge"].result(later["outcome"], timeout_s, FULL)
     if rest.ok and later["judge"].traced != earlier.traced:
         return _traced_apart(rest), earlier, worker
+    if rest.ok:
+        rest.errors = earlier.errors + rest.errors   # the seeds in order: the first process's first
     return rest, earlier, worker
+
+
+def tolerances(problem: Problem, dtypes: Sequence[np.dtype], cases: int, rel_tol: float,
+               yardsticks: Sequence[Sequence[float]] | None) -> list[list[float]]:
+    """The tolerance of each output of each case: `rel_tol` when set; else the baseline's error
+    on the case as yardstick (gate.yardstick_tolerance) when `yardsticks` has one per output of
+    every case; else the problem's own for the output's type."""
+    if rel_tol:
+        return [[rel_tol] * len(dtypes) for _ in range(cases)]
+    usable = yardsticks is not None and len(yardsticks) == cases and all(len(y) == len(dtypes) for y in yardsticks)
+    out = []
+    for i in range(cases):
+        yard = list(yardsticks[i]) if usable else [None] * len(dtypes)
+        out.append([gate.yardstick_tolerance(problem.tolerance_for(d), problem.tolerance_floor(d), e)
+                    for d, e in zip(dtypes, yard)])
+    return out
 
 
 def _traced_apart(result: EvalResult) -> EvalResult:
@@ -652,21 +723,31 @@ def _traced_apart(result: EvalResult) -> EvalResult:
                       latency_ms=result.latency_ms, profile=result.profile)
 
 
-def below_bound(problem: Problem, result: EvalResult, target: str) -> EvalResult:
-    """`result`, or a model error when its estimate beats the least latency a correct kernel
-    can have (roofline.lower_bound): the performance model then priced work the kernel did not
-    pay for, and the figure must not be selected. Latency and profile stay for the report."""
+def below_bound(problem: Problem, result: EvalResult, target: str, backend: str = "simulator") -> EvalResult:
+    """`result`, or a model error when a selectable or timed result (ok, not_judged) has a
+    latency below the least a correct kernel can have (roofline.lower_bound; above 100% of
+    peak): the performance model priced work the kernel did not pay for, or, measured on
+    hardware, the problem's counts are wrong. The figure must not be selected; latency,
+    profile and the result's identity stay for the report."""
     counts = problem.counts
-    if counts is None or result.latency_ms is None:
+    if counts is None or result.status not in (OK, NOT_JUDGED) or result.latency_ms is None:
         return result
-    own = float(result.profile.get("hbm_read_bytes") or 0) + float(result.profile.get("hbm_write_bytes") or 0)
-    bound = lower_bound(counts.flops_matmul, counts.hbm_bytes, own, target, counts.matmul_dtype)
+    try:
+        own = float(result.profile.get("hbm_read_bytes") or 0) + float(result.profile.get("hbm_write_bytes") or 0)
+    except (TypeError, ValueError):
+        own = 0.0
+    bound = lower_bound(counts, own, target)
     if result.latency_ms >= bound.latency_ms:
         return result
-    return EvalResult(MODEL_ERROR, f"the estimated latency {result.latency_ms:.4g} ms is below {bound.latency_ms:.4g} ms, "
-                                   f"the time {bound.why} takes: the performance model mispriced this kernel "
-                                   "(a model error; please report it with the kernel)",
-                      latency_ms=result.latency_ms, profile=result.profile)
+    if backend == "simulator":
+        what = (f"the estimated latency {result.latency_ms:.4g} ms is below {bound.latency_ms:.4g} ms, the time "
+                f"{bound.why} takes: the performance model mispriced this kernel (a model error; please report it "
+                "with the kernel)")
+    else:
+        what = (f"the measured latency {result.latency_ms:.4g} ms is below {bound.latency_ms:.4g} ms, the time "
+                f"{bound.why} takes: the problem's roofline counts understate its work, or the kernel skips work "
+                "its correctness seeds do not show (a model error; please report it with the kernel)")
+    return dataclasses.replace(result, status=MODEL_ERROR, error=what, speedup=None, percent_of_peak=None, errors=[])
 
 
 def internal_error(exc: Exception) -> EvalResult:
@@ -677,13 +758,14 @@ def internal_error(exc: Exception) -> EvalResult:
 class _Judge:
     """Judges the outputs a kernel process reports, seed by seed, in the engine process."""
 
-    def __init__(self, problem: Problem, cases: list[Case], tolerances: list[float], dtypes: list[np.dtype],
+    def __init__(self, problem: Problem, cases: list[Case], tolerances: list[list[float]], dtypes: list[np.dtype],
                  limit: precision.Floor, workdir: Path, *, first: int = 0, total: int | None = None) -> None:
         self.problem = problem
         self.cases = cases
         self.first = first               # the index of cases[0] among the judgement's seeds
         self.total = len(cases) if total is None else total
-        self.tolerances = tolerances     # per output
+        self.tolerances = tolerances     # per case, per output
+        self.errors: list[list[float]] = []   # per judged case, per output: the L2 relative errors
         self.dtypes = dtypes             # the dtype of each output a kernel must return
         self.limit = limit
         self.workdir = workdir
@@ -733,8 +815,11 @@ class _Judge:
                 arranged = self.problem.from_kernel_outputs(outs[0] if single and outs else tuple(outs), expected)
             except (ValueError, TypeError, IndexError) as exc:
                 return INCORRECT, f"{case.label}: {exc}"
-            failure = gate.check_outputs(arranged, expected, self.tolerances, case.label, self.dtypes)
-            return (INCORRECT, failure) if failure else None
+            failure, errors = gate.judge_outputs(arranged, expected, self.tolerances[index], case.label, self.dtypes)
+            if failure:
+                return INCORRECT, failure
+            self.errors.append(errors)
+            return None
         except (OSError, ValueError) as exc:
             return INCORRECT, f"{case.label}: the kernel's outputs could not be read ({exc})"
         finally:
@@ -752,7 +837,8 @@ class _Judge:
             return EvalResult(status, message, latency_ms=latency, profile=profile)
         assert self.done is not None
         status = NOT_JUDGED if stage == LATENCY else OK
-        return EvalResult(status, latency_ms=float(self.done["latency_ms"]), profile=dict(self.done.get("profile", {})))
+        return EvalResult(status, latency_ms=float(self.done["latency_ms"]), profile=dict(self.done.get("profile", {})),
+                          errors=[list(e) for e in self.errors])
 
     def _failure(self, outcome: sandbox.Outcome, timeout_s: float, stage: str) -> tuple[str, str] | None:
         if self.failure is not None:

@@ -26,7 +26,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .families import Family
+from .families import DERIVED_NAMES, Family
 from . import problems as _problems_pkg
 from .problem import Counts, Problem, ProblemError, ProblemSpec, as_tuple, reshape_like
 
@@ -203,11 +203,15 @@ class OfficialProblem(Problem):
         return list(inputs)
 
     @property
-    def families(self) -> tuple[Family, ...]:
+    def declared_families(self) -> tuple[Family, ...]:
         """The families of the built-in problem of the same operator and parameters (like its
         tolerance and counts); a family sees the array inputs only, which the official
         references give in the built-in order (they add scalars such as `eps`)."""
         return tuple(getattr(self.builtin, "FAMILIES", ())) if self.builtin is not None else ()
+
+    @property
+    def derived_family_names(self) -> tuple[str, ...]:
+        return tuple(getattr(self.builtin, "DERIVED_FAMILIES", DERIVED_NAMES))
 
     @property
     def reference_source(self) -> str:

@@ -16,8 +16,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .families import STANDARD, Family
+from .families import DERIVED_NAMES, STANDARD, Family
 from .families import apply as apply_family
+from .families import derived as derived_families
 
 
 # How a dialect is named to people (`--dialect legacy|nki`, `run.dialect`), and back.
@@ -64,6 +65,18 @@ class Counts:
     flops_vector: float
     hbm_bytes: float
     matmul_dtype: str = "float32"   # the operands' dtype, which sets the TensorE peak
+    # How many of the counted element-wise operations one engine pass over an element may do:
+    # 1 for the paper's formulas; a user problem's counts (every NumPy operation of its
+    # reference) are divided by what one instruction can fuse (fitness.roofline).
+    vector_ops_per_pass: float = 1.0
+
+
+def unit_roundoff(dtype: Any) -> float:
+    """2^-(mantissa bits + 1) of a float type narrower than float32; 0 for other types."""
+    nmant = float_mantissa(dtype)
+    if nmant is None or nmant >= FP32_MANTISSA:
+        return 0.0
+    return 2.0 ** -(nmant + 1)
 
 
 def low_precision_tolerance(dtype: np.dtype, reduction: int) -> float:
@@ -75,11 +88,8 @@ def low_precision_tolerance(dtype: np.dtype, reduction: int) -> float:
     partial sum when a reduction of that length is accumulated in the output type (rounding
     errors of independent partial sums add in quadrature). At most 0.25, so that a result of
     zeros (error 1) or a shifted one is still refused whatever the type (fp8's u is 1/16)."""
-    nmant = float_mantissa(dtype)
-    if nmant is None or nmant >= FP32_MANTISSA:
-        return 0.0
-    u = 2.0 ** -(nmant + 1)
-    return min(MAX_TOLERANCE, u * (4.0 + (max(reduction, 1) / 128) ** 0.5))
+    u = unit_roundoff(dtype)
+    return min(MAX_TOLERANCE, u * (4.0 + (max(reduction, 1) / 128) ** 0.5)) if u else 0.0
 
 
 class Problem(abc.ABC):
@@ -108,8 +118,20 @@ class Problem(abc.ABC):
 
     @property
     def families(self) -> tuple[Family, ...]:
-        """Input families besides the standard one that are valid for this problem's math."""
+        """Input families besides the standard one, the held-out seeds' draws: those the problem
+        declares (valid for its math), then the families derived from any problem's inputs
+        (nkibench.families.DERIVED) that it keeps (`derived_family_names`)."""
+        return self.declared_families + derived_families(self.derived_family_names)
+
+    @property
+    def declared_families(self) -> tuple[Family, ...]:
+        """The families the problem declares itself."""
         return ()
+
+    @property
+    def derived_family_names(self) -> tuple[str, ...]:
+        """The derived families valid for the problem (all of them unless it says otherwise)."""
+        return DERIVED_NAMES
 
     def family_names(self) -> tuple[str, ...]:
         return (STANDARD,) + tuple(f.name for f in self.families)
@@ -157,9 +179,16 @@ class Problem(abc.ABC):
         return max(self.tolerance_for(d) for d in self.output_dtypes)
 
     def tolerance_for(self, dtype: np.dtype) -> float:
-        """The L2 relative tolerance of an output of `dtype`: the problem's own, widened for a
-        float type narrower than float32 (`low_precision_tolerance`)."""
+        """The loosest L2 relative tolerance of an output of `dtype`: the problem's own, widened
+        for a float type narrower than float32 (`low_precision_tolerance`). The baseline is
+        judged with it; other kernels with the baseline's error as yardstick, within it
+        (fitness.gate.yardstick_tolerance)."""
         return max(self.tolerance, low_precision_tolerance(dtype, self.reduction_length))
+
+    def tolerance_floor(self, dtype: np.dtype) -> float:
+        """The tightest tolerance an output of `dtype` is held to: the problem's own and, for a
+        float type narrower than float32, its unit roundoff (one rounding of every element)."""
+        return max(self.tolerance, unit_roundoff(dtype))
 
     # Convenience for the flop/byte properties named in DESIGN.md.
     @property
@@ -180,12 +209,13 @@ def as_tuple(value: Any) -> tuple[np.ndarray, ...]:
 
 
 def widen(inputs: Sequence[Any]) -> list[Any]:
-    """The inputs with every float array narrower than float32 widened to float32: what the
-    reference computes on, so that its figures are exact on the rounded inputs a kernel gets."""
+    """The inputs with every float array narrower than float32 widened to float64: what the
+    reference computes on, so that its figures are exact on the rounded inputs a kernel gets
+    (up to the precision of the operations the reference itself chooses)."""
     out = []
     for x in inputs:
         if isinstance(x, np.ndarray) and _is_narrow_float(x.dtype):
-            x = x.astype(np.float32)
+            x = x.astype(np.float64)
         out.append(x)
     return out
 
@@ -240,8 +270,12 @@ class BuiltinProblem(Problem):
         return list(self.module.make_inputs(np.random.default_rng(seed), **self.params))
 
     @property
-    def families(self) -> tuple[Family, ...]:
+    def declared_families(self) -> tuple[Family, ...]:
         return tuple(getattr(self.module, "FAMILIES", ()))
+
+    @property
+    def derived_family_names(self) -> tuple[str, ...]:
+        return tuple(getattr(self.module, "DERIVED_FAMILIES", DERIVED_NAMES))
 
     @property
     def reference_source(self) -> str:

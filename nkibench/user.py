@@ -31,11 +31,17 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .families import DERIVED_NAMES, STANDARD, Family
 from .official import DEFAULT_TOLERANCE, OfficialProblem, SuiteError, exec_reference
 from .problem import Counts, ProblemSpec, as_tuple
 
 REFERENCE_FILE, BASELINE_FILE, META_FILE = "reference.py", "baseline.py", "problem.json"
 COUNTING_SEED = 0
+# The most NumPy operations of a reference that one NKI instruction applies to an element in one
+# pass: nisa.activation's scale, bias, function and accumulating reduction. The element-wise
+# term of a user problem's roofline divides its counted operations by it, so that a kernel that
+# fuses them as far as the ISA allows stays within 100% of peak (fitness.roofline).
+FUSED_OPS = 4
 # The dtypes of the arrays a reference may give and take: those NKI tensors hold (nki.language).
 KERNEL_DTYPES = ("float32", "float16", "bfloat16", "float8_e4m3", "float8_e5m2", "float8_e4m3fn", "int32", "int16",
                  "int8", "uint32", "uint16", "uint8", "bool", "float64", "int64")
@@ -281,6 +287,8 @@ class UserProblem(OfficialProblem):
 
     folder: Path = field(default=Path(), repr=False)
     declared_tolerance: float | None = None    # the module's TOLERANCE, which replaces the formula
+    own_families: tuple[Family, ...] = ()       # the module's input_families()
+    derived_names: tuple[str, ...] = DERIVED_NAMES   # the module's DERIVED_FAMILIES
 
     @classmethod
     def load(cls, spec: ProblemSpec) -> "UserProblem":
@@ -291,9 +299,19 @@ class UserProblem(OfficialProblem):
                                       or not tolerance > 0):
             raise UserProblemError(f"reference module {folder / REFERENCE_FILE}: TOLERANCE must be a positive number, "
                                    f"got {tolerance!r}")
-        return cls(spec=spec, module=module, reference_path=folder / REFERENCE_FILE, baseline_path=folder / BASELINE_FILE,
+        path = folder / REFERENCE_FILE
+        return cls(spec=spec, module=module, reference_path=path, baseline_path=folder / BASELINE_FILE,
                    tolerance=float(tolerance) if tolerance is not None else DEFAULT_TOLERANCE, folder=folder,
-                   declared_tolerance=float(tolerance) if tolerance is not None else None)
+                   declared_tolerance=float(tolerance) if tolerance is not None else None,
+                   own_families=_declared_families(module, path), derived_names=_derived_names(module, path))
+
+    @property
+    def declared_families(self) -> tuple[Family, ...]:
+        return self.own_families
+
+    @property
+    def derived_family_names(self) -> tuple[str, ...]:
+        return self.derived_names
 
     @property
     def reference_source(self) -> str:
@@ -328,7 +346,7 @@ class UserProblem(OfficialProblem):
     @property
     def counts(self) -> Counts:  # type: ignore[override]
         work, nbytes, dtype, _outputs = self._work
-        return Counts(work.matmul_flops, work.vector_flops, nbytes, dtype)
+        return Counts(work.matmul_flops, work.vector_flops, nbytes, dtype, vector_ops_per_pass=FUSED_OPS)
 
     @counts.setter
     def counts(self, value: Any) -> None:   # the dataclass initializer assigns it; counts are counted
@@ -346,6 +364,47 @@ class UserProblem(OfficialProblem):
         if self.declared_tolerance is not None:
             return self.declared_tolerance
         return super().tolerance_for(dtype)
+
+    def tolerance_floor(self, dtype: np.dtype) -> float:
+        if self.declared_tolerance is not None:
+            return self.declared_tolerance
+        return super().tolerance_floor(dtype)
+
+
+def _declared_families(module: ModuleType, path: Path) -> tuple[Family, ...]:
+    """The families of the module's `input_families()`: a dict of name -> function(rng, arrays)
+    returning the arrays changed (the reference's array inputs, in order; same shapes and dtypes)."""
+    hook = getattr(module, "input_families", None)
+    if hook is None:
+        return ()
+    where = f"reference module {path}: input_families()"
+    if not callable(hook):
+        raise UserProblemError(f"{where} must be a function returning a dict of name -> function(rng, arrays)")
+    try:
+        found = hook()
+    except Exception as exc:
+        raise UserProblemError(f"{where} raised {type(exc).__name__}: {exc}") from None
+    if not isinstance(found, dict):
+        raise UserProblemError(f"{where} returned {type(found).__name__}, expected a dict of name -> function")
+    out = []
+    for name, transform in found.items():
+        if not isinstance(name, str) or not name.isidentifier() or name in (STANDARD, *DERIVED_NAMES):
+            raise UserProblemError(f"{where}: {name!r} cannot name a family (an identifier other than "
+                                   f"{', '.join((STANDARD, *DERIVED_NAMES))})")
+        if not callable(transform):
+            raise UserProblemError(f"{where}: family {name!r} is not a function(rng, arrays)")
+        out.append(Family(name, f"declared by {path.name}", transform))
+    return tuple(out)
+
+
+def _derived_names(module: ModuleType, path: Path) -> tuple[str, ...]:
+    """The module's DERIVED_FAMILIES (default: all of nkibench.families.DERIVED)."""
+    names = getattr(module, "DERIVED_FAMILIES", DERIVED_NAMES)
+    if (not isinstance(names, (tuple, list)) or not all(isinstance(n, str) for n in names)
+            or any(n not in DERIVED_NAMES for n in names)):
+        raise UserProblemError(f"reference module {path}: DERIVED_FAMILIES must list some of "
+                               f"{', '.join(DERIVED_NAMES)}, got {names!r}")
+    return tuple(names)
 
 
 def load_user(spec: ProblemSpec) -> UserProblem:

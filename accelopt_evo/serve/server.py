@@ -79,7 +79,9 @@ class Site:
         if path == "/api/runs":
             return _json(HTTPStatus.OK, {"runs": [self._run_entry(i) for i in range(len(self.runs))]})
         parts = path.split("/")
-        if len(parts) == 5 and parts[:3] == ["", "api", "run"] and parts[3].isdigit():
+        # ASCII decimal digits only: str.isdigit and int() also take other scripts' digits and
+        # superscripts ('²', '٠'), which int() partly refuses and partly maps onto other runs.
+        if len(parts) == 5 and parts[:3] == ["", "api", "run"] and parts[3].isascii() and parts[3].isdigit():
             if int(parts[3]) < len(self.runs):
                 return self._view(self.runs[int(parts[3])], parts[4], query)
         return _error(HTTPStatus.NOT_FOUND, "no such page")

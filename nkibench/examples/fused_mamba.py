@@ -18,6 +18,7 @@ SHAPES = {
 TOLERANCE = _mamba.TOLERANCE
 BASELINE = "fused_mamba.py"
 FAMILIES = _mamba.FAMILIES
+DERIVED_FAMILIES = _mamba.DERIVED_FAMILIES
 
 
 def make_inputs(rng: np.random.Generator, batch: int, C: int, M: int, S: int) -> list[np.ndarray]:

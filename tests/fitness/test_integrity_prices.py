@@ -112,7 +112,7 @@ def kernel(x):
 
 def test_an_estimate_below_the_roofline_bound_is_a_model_error():
     problem = load(SPLIT)
-    bound = lower_bound(problem.counts.flops_matmul, problem.counts.hbm_bytes, 0, "trn1")
+    bound = lower_bound(problem.counts, 0, "trn1")
     assert bound.latency_ms == pytest.approx(problem.counts.hbm_bytes / peaks("trn1").hbm_bytes_per_s * 1e3)
     honest = EvalResult(OK, latency_ms=bound.latency_ms * 1.01, profile={"hbm_read_bytes": 4})
     assert below_bound(problem, honest, "trn1") is honest

@@ -73,8 +73,10 @@ def test_a_lone_judgement_splits_its_seeds_and_gives_the_single_process_verdict(
     expected = single.evaluate(SPEC, source)
     seen = Processes(monkeypatch)
     with Evaluator(TWO) as ev:
-        got = ev.evaluate(SPEC, source)     # the baseline and the kernel at once: a process each
-        assert [len(s) for s in seen.seeds[:2]] == [4, 4]   # (then the later seeds of one, if the other ended first)
+        # The kernel is held to the baseline's errors, so the baseline is judged first, alone:
+        # its earlier and later seeds in two processes; then the kernel, alone too.
+        got = ev.evaluate(SPEC, source)
+        assert [len(s) for s in seen.seeds] == [2, 2, 2, 2]
         seen.seeds.clear()
         alone = ev.evaluate(SPEC, source + "\nALONE = 1\n")
     assert got.ok and verdict(got) == verdict(expected)

@@ -273,7 +273,10 @@ def test_http_serves_only_the_page_and_refuses_the_rest(folder):
         for path in ("/static/../server.py", "/static/%2e%2e/server.py", "/static/..%2fserver.py",
                      "/static/../../runfolder.py", "/../../../etc/passwd", "/static//etc/passwd",
                      "/static/" + str(STATIC / "app.js"), "/config.toml", "/kernels/a177d1e9dbccc155.py",
-                     "/api/run/0/../../config.toml"):
+                     "/api/run/0/../../config.toml",
+                     # run indices are ASCII decimals: other scripts' digits and superscripts are no alias
+                     "/api/run/%C2%B2/summary", "/api/run/%D9%A0/summary", "/api/run/%EF%BC%90/summary",
+                     "/api/run/+0/summary", "/api/run/%200/summary"):
             status, body, _ = _raw(server, "GET", path)
             assert status == 404 and b"import" not in body, path
         assert _raw(server, "GET", "/api/runs", host="attacker.example")[0] == 403   # DNS rebinding
