@@ -98,6 +98,10 @@ def build_parser() -> argparse.ArgumentParser:
     resume.add_argument("run_dir", metavar="RUN_DIR")
     resume.add_argument("--gens", type=int, help="new total number of generations (default: the run's)")
     resume.add_argument("--no-progress", action="store_true", help="no progress bars")
+    resume.add_argument("--trust", action="store_true",
+                        help="a folder of your own whose checkpoint does not carry your seal (an earlier release "
+                             "wrote it, or another key): continue from it as it is instead of re-judging its "
+                             "population, hall of fame and memory")
     _serve_flags(resume, alone=False)
 
     ev = sub.add_parser("eval", help="evaluate one kernel file")
@@ -222,7 +226,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     if args.gens is not None and args.gens < 0:
         raise UserError("--gens must be >= 0")
     with _serving(args, args.run_dir):
-        _print_outcome(resume_run(args.run_dir, args.gens, progress=not args.no_progress))
+        _print_outcome(resume_run(args.run_dir, args.gens, progress=not args.no_progress, trust=args.trust))
     return 0
 
 
@@ -278,6 +282,8 @@ def _print_outcome(outcome: Any) -> None:
         label = figure_label(b["backend"], outcome.target)
         print(f"best {name}: {b['path']}  speedup {b['speedup']:.3f}x over the baseline, {pct} "
               f"({b['latency_ms']:.4f} ms; {label})")
+    if getattr(outcome, "rejected", 0):
+        print(f"{outcome.rejected} stored result(s) did not verify and were computed again")
     report = getattr(outcome, "report_path", None)
     if report:
         print(f"report: {report}")

@@ -38,6 +38,7 @@ from .errors import UserError
 from .islands import RING, TOPOLOGIES
 from .memory import BALANCED as MEMORY_DEFAULT_POLICY
 from .memory import POLICIES as MEMORY_POLICIES
+from .records import HELDOUT_MODES
 
 SELECTION_METHODS = ("tournament", "best", "roulette", "double_tournament")
 MU_PLUS_LAMBDA, BEAM_PER_PLAN = "mu_plus_lambda", "beam_per_plan"
@@ -45,7 +46,6 @@ SURVIVOR_RULES = (MU_PLUS_LAMBDA, BEAM_PER_PLAN)
 ISLANDS, MAP_ELITES = "islands", "map_elites"
 STRATEGIES = (MU_PLUS_LAMBDA, ISLANDS, MAP_ELITES)
 OPERATOR_KINDS = ("auto", "llm", "tuning")
-HELDOUT_MODES = ("secret", "derived")
 RUN_MODES = ("generational", "async")
 # run.dialect: the NKI dialect of the baselines a run starts from; "auto" = the target's default.
 DIALECT_CHOICES = ("auto",) + tuple(DIALECT_OF_NAME)
@@ -61,11 +61,12 @@ LATER_DEFAULTS = {"run.dialect": "auto", "run.mode": "generational", "run.max_in
                   "evaluation.cascade": FULL, "selection.incorrect": EXCLUDED,
                   "selection.strategy": MU_PLUS_LAMBDA, "selection.islands": 4, "selection.migration_interval": 3,
                   "selection.migrants": 1, "selection.topology": RING, "selection.dma_bins": 4,
-                  "variation.novelty": 0.0,
+                  "variation.novelty": 0.0, "evaluation.cache_key_file": EvalSettings.cache_key_file,
                   **LLM_LATER_DEFAULTS}
 # What a run folder written before a setting existed ran with (resumed as it ran).
+# (The release before held-out records derived its held-out seeds from run.seed.)
 EARLIER_RELEASES = {"operators.offline": DECLARED_KNOBS, "evaluation.cascade": FULL, "selection.incorrect": EXCLUDED,
-                    "selection.strategy": MU_PLUS_LAMBDA, "variation.novelty": 0.0}
+                    "selection.strategy": MU_PLUS_LAMBDA, "variation.novelty": 0.0, "evaluation.heldout": "derived"}
 
 
 @dataclass

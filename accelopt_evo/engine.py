@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import dataclasses
 import random
 import time
 from dataclasses import dataclass, field
@@ -41,7 +42,7 @@ from .cascade import ENTRANTS, FULL, LATENCY_FIRST, Verdicts
 from .config import BEAM_PER_PLAN, ISLANDS, MAP_ELITES, Config
 from .descriptors import descriptors
 from .individual import KernelRecord, ProblemState, kernel_from_meta, new_kernel
-from .memory import Candidate, OptimizationMemory
+from .memory import Candidate, OptimizationMemory, kind_of
 from .novelty import NoveltyIndex
 from .records import Checkpoint, EvaluationLine, ProblemInfo
 from .selection import HallOfFame, Plans, select_distinct, selection_operator, survivors, update_hall_of_fame
@@ -665,31 +666,126 @@ class Engine:
                      for n, st in self.states.items() if st.islands},
         )
 
-    def load_state_dict(self, checkpoint: Checkpoint, read_kernel: Callable[[str], str]) -> None:
+    def load_state_dict(self, checkpoint: Checkpoint, read_kernel: Callable[[str], str],
+                        rejudge: bool = False) -> list[str]:
+        """Continue from `checkpoint` (`read_kernel`: a kernel's source by id, checked against
+        the id). With `rejudge` nothing it says about a kernel is believed: the baseline, the
+        population, the hall of fame and the kernels of the memory's lessons are judged again
+        (their recorded results are dropped, as is every other known result), kernels no
+        longer valid leave the population and the hall of fame, and each lesson's speedup is
+        its kernels' again (a lesson whose kernels are not both valid, or whose direction
+        changed, is dropped). What changed, one line each."""
         version, internal, gauss = checkpoint.random_state
         self.py_rng.setstate((version, tuple(internal), gauss))
         self.np_rng.bit_generator.state = checkpoint.numpy_state
         self.memory.load_entries(checkpoint.memory)
         self.generation = checkpoint.generation
+        changed: list[str] = []
         for name, problem in self.problems.items():
             info = checkpoint.problems[name]
-            state = ProblemState(spec=problem.spec, baseline_id=info.baseline_id, known=dict(info.known))
-            state.population = [kernel_from_meta(m, read_kernel(m.id)) for m in checkpoint.population[name]]
+            known = dict(info.known)
+            if rejudge:
+                known = self._rejudged(name, problem, checkpoint, info, read_kernel, changed)
+
+            def restore(meta: Any) -> KernelRecord:
+                ind = kernel_from_meta(meta, read_kernel(meta.id))
+                if rejudge:
+                    self._give(ind, known[meta.id])
+                return ind
+
+            state = ProblemState(spec=problem.spec, baseline_id=info.baseline_id, known=known)
+            population = [restore(m) for m in checkpoint.population[name]]
+            hall = [restore(m) for m in checkpoint.hall_of_fame[name]]
             hof = HallOfFame(HALL_OF_FAME_SIZE)
-            # Restore DEAP's internal order exactly (items best first, keys ascending).
-            hof.items = [kernel_from_meta(m, read_kernel(m.id)) for m in checkpoint.hall_of_fame[name]]
-            hof.keys = [ind.fitness for ind in reversed(hof.items)]
-            state.hall_of_fame = hof
+            if rejudge:
+                population = [ind for ind in population if ind.valid] or [self._baseline_kernel(problem, known)]
+                update_hall_of_fame(hof, hall + population, lambda ind: ind.valid, cascade.quickness)
+            else:
+                # Restore DEAP's internal order exactly (items best first, keys ascending).
+                hof.items = hall
+                hof.keys = [ind.fitness for ind in reversed(hof.items)]
+            state.population, state.hall_of_fame = population, hof
             state.logbook = tools.Logbook()
             for entry in checkpoint.logbook[name]:
                 state.logbook.record(**entry)
             by_id = {ind.id: ind for ind in state.population}
-            state.islands = [[by_id[i] for i in island] for island in checkpoint.islands.get(name, [])]
+            state.islands = [[by_id[i] for i in island if i in by_id] or [state.population[0]]
+                             for island in checkpoint.islands.get(name, [])]
             if self.cfg.variation.novelty > 0:    # the index is a function of the kernels evaluated
                 index = self._novelty[state.spec.name] = NoveltyIndex()
                 for kid in state.known:
                     index.add(kid, read_kernel(kid))
             self.states[name] = state
+        if rejudge:
+            self.memory.load_entries(self._relearned(self.memory.entries, changed))
+        return changed
+
+    def _rejudged(self, name: str, problem: Problem, checkpoint: Checkpoint, info: ProblemInfo,
+                  read_kernel: Callable[[str], str], changed: list[str]) -> dict[str, EvalResult]:
+        """The results of the problem's kernels a checkpoint names, judged again (see
+        `load_state_dict`); a line in `changed` for each that differs from its record."""
+        if info.baseline_id != kernel_id(problem.baseline_source):
+            raise ValueError(f"problems.{name}.baseline_id is {info.baseline_id}, not the id of the problem's baseline "
+                             f"({kernel_id(problem.baseline_source)})")
+        recorded = {m.id: m.result for m in checkpoint.population[name] + checkpoint.hall_of_fame[name]}
+        recorded.update(info.known)
+        lessons = [kid for e in checkpoint.memory if e.problem == name for kid in (e.parent_id, e.child_id)]
+        ids = list(dict.fromkeys([info.baseline_id, *(m.id for m in checkpoint.population[name]),
+                                  *(m.id for m in checkpoint.hall_of_fame[name]), *lessons]))
+        sources = [read_kernel(kid) for kid in ids]
+        label = self.progress and f"{name}: re-judging {len(ids)} kernel(s)"
+        results = dict(zip(ids, self.evaluator.evaluate_many(problem.spec, sources, progress=label)))
+        for kid in ids:
+            before, after = recorded.get(kid), results[kid]
+            if before is None or before.status != after.status or not _same_figure(before.speedup, after.speedup):
+                changed.append(f"{name} kernel {kid}: recorded {_verdict(before)}, judged {_verdict(after)}")
+        baseline = results[info.baseline_id]
+        if not (baseline.ok and baseline.speedup is not None):
+            raise BaselineError(f"the baseline of '{name}' ({problem.baseline_path}) failed when re-judged "
+                                f"({baseline.status}): {baseline.error.splitlines()[0] if baseline.error else ''}")
+        return results
+
+    @staticmethod
+    def _baseline_kernel(problem: Problem, known: dict[str, EvalResult]) -> KernelRecord:
+        """The baseline as a kernel of the population (a re-judged population left empty)."""
+        source = problem.baseline_source
+        return new_kernel(source, kernel_id(source), operator="baseline", generation=0, result=known[kernel_id(source)])
+
+    def _relearned(self, entries: Sequence[Any], changed: list[str]) -> list[Any]:
+        """The memory's entries with the speedups of their re-judged kernels: an entry of a
+        problem of this run whose kernels are not both valid now, or whose direction changed,
+        is dropped (entries of other problems, seeded from `memory.path`, stay as they are)."""
+        kept = []
+        for e in entries:
+            state = self.states.get(e.problem)
+            if state is None:
+                kept.append(e)
+                continue
+            parent, child = state.known.get(e.parent_id), state.known.get(e.child_id)
+            if not (parent and child and parent.ok and child.ok and parent.speedup and child.speedup):
+                changed.append(f"lesson {e.parent_id} -> {e.child_id} dropped: its kernels are not both valid")
+                continue
+            ratio = child.speedup / parent.speedup
+            if kind_of(ratio) != e.kind:
+                changed.append(f"lesson {e.parent_id} -> {e.child_id} dropped: it measures {ratio:.3f}x, not a "
+                               f"{e.kind}")
+                continue
+            if not _same_figure(ratio, e.speedup):
+                changed.append(f"lesson {e.parent_id} -> {e.child_id}: {e.speedup:.3f}x recorded, {ratio:.3f}x judged")
+            kept.append(dataclasses.replace(e, speedup=ratio))
+        return kept
+
+
+def _same_figure(a: float | None, b: float | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return abs(a - b) <= 1e-9 * max(abs(a), abs(b))
+
+
+def _verdict(result: EvalResult | None) -> str:
+    if result is None:
+        return "nothing"
+    return f"{result.status} {result.speedup:.3f}x" if result.speedup is not None else result.status
 
 
 @dataclass

@@ -54,10 +54,8 @@ from typing import Any
 from operators.base import Lesson
 
 from .cascade import first_valid
-from .records import MemoryEntry, read_memory_file
+from .records import IMPROVEMENT, REGRESSION, MemoryEntry, read_memory_file
 
-IMPROVEMENT = "improvement"
-REGRESSION = "regression"
 BALANCED = "balanced"
 ACCELOPT = "accelopt"
 POLICIES = (BALANCED, ACCELOPT)

@@ -16,13 +16,19 @@ and report read and write the run folder through this module only.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import random
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Generic, TypeVar
 
+import numpy as np
+
 from fitness.result import EvalResult
+from fitness.seal import Seal
 from fitness.simulator.perf.hardware import HARDWARE
 
 from .errors import UserError
@@ -31,12 +37,16 @@ from .files import append_line, write_json_atomic, write_text_atomic
 if TYPE_CHECKING:
     from operators.llm.ledger import CallRecord
 
-SCHEMA = 2
+SCHEMA = 3                 # 3: checkpoints sealed (fitness.seal), every field checked on read
 LEGACY_SCHEMA = 1          # files written before records carried a schema
+SEALED_SCHEMA = 3          # the first schema whose checkpoints carry a seal
 # Settings that did not exist when schema-1 checkpoints hashed their configuration.
 SETTINGS_SINCE_SCHEMA_2 = ("evaluation.heldout",)
 
 T = TypeVar("T")
+IMPROVEMENT, REGRESSION = "improvement", "regression"
+MEMORY_KINDS = (IMPROVEMENT, REGRESSION)           # a memory entry's kind
+HELDOUT_MODES = ("secret", "derived")             # how held-out seeds are made (evaluation.heldout)
 
 
 class RecordError(ValueError):
@@ -78,22 +88,51 @@ def _need(data: Any, key: str, kind: type | tuple[type, ...], default: Any = ...
     return value
 
 
+KERNEL_ID = re.compile(r"^[0-9a-f]{16}$")   # fitness.normalize.kernel_id: 16 hex digits of a sha256
+
+
+def kernel_id_field(value: Any, key: str) -> str:
+    """`value` when it can be a kernel id (also a file name in kernels/: nothing else is)."""
+    if not isinstance(value, str) or not KERNEL_ID.match(value):
+        raise RecordError(f"{key} is {_shown(value)}, not a kernel id (16 hex digits)")
+    return value
+
+
+def _id(data: Any, key: str) -> str:
+    return kernel_id_field(_need(data, key, str), key)
+
+
 def _ids(data: dict[str, Any], key: str) -> tuple[str, ...]:
     value = _need(data, key, list, [])
-    if not all(isinstance(v, str) for v in value):
-        raise RecordError(f"{key} holds a non-string")
-    return tuple(value)
+    return tuple(kernel_id_field(v, f"{key}[{i}]") for i, v in enumerate(value))
+
+
+def _count(data: Any, key: str, default: Any = ...) -> int:
+    """An integer field >= 0."""
+    value = _need(data, key, int, default)
+    if value < 0:
+        raise RecordError(f"{key} is {value!r}, below 0")
+    return value
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def result_from_json(data: Any) -> EvalResult:
-    """An EvalResult from its JSON object; non-finite numbers read as unknown."""
+    """An EvalResult from its JSON object, checked as a fresh one would be (types, ranges, the
+    fields its status implies); non-finite numbers read as unknown."""
     if not isinstance(data, dict):
         raise RecordError("result is not a JSON object")
     clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in data.items()}
     try:
-        return EvalResult.from_dict(clean)
+        result = EvalResult.from_dict(clean)
     except (TypeError, ValueError) as exc:
-        raise RecordError(f"result: {exc}") from None
+        raise RecordError(f"result.{exc}") from None
+    if result.kernel_id:
+        kernel_id_field(result.kernel_id, "result.kernel_id")
+    return result
 
 
 def schema_of(data: dict[str, Any], where: str, newest: int = SCHEMA, key: str = "schema") -> int:
@@ -130,9 +169,12 @@ class KernelMeta:
     @classmethod
     def from_json(cls, data: Any) -> "KernelMeta":
         result = _need(data, "result", (dict, type(None)), None)
-        return cls(_need(data, "id", str), _ids(data, "parent_ids"), _need(data, "operator", str, ""),
-                   _need(data, "generation", int, 0), _need(data, "note", str, ""),
+        meta = cls(_id(data, "id"), _ids(data, "parent_ids"), _need(data, "operator", str, ""),
+                   _count(data, "generation", 0), _need(data, "note", str, ""),
                    result_from_json(result) if result is not None else None)
+        if meta.result is not None and meta.result.kernel_id not in ("", meta.id):
+            raise RecordError(f"result.kernel_id is {meta.result.kernel_id!r}, not the kernel's id {meta.id!r}")
+        return meta
 
 
 @dataclass(frozen=True)
@@ -163,7 +205,7 @@ class EvaluationLine:
 
     @classmethod
     def from_json(cls, data: Any) -> "EvaluationLine":
-        return cls(_need(data, "generation", int), _need(data, "problem", str), _need(data, "kernel_id", str),
+        return cls(_count(data, "generation"), _need(data, "problem", str), _id(data, "kernel_id"),
                    _need(data, "operator", str, "") or "?", _ids(data, "parent_ids"),
                    bool(_need(data, "reused", bool, False)), result_from_json(data), _need(data, "note", str, ""),
                    _need(data, "descriptors", dict, {}))
@@ -201,9 +243,12 @@ class MemoryEntry:
         speedup = float(_need(data, "speedup", (int, float)))
         if not math.isfinite(speedup) or speedup <= 0:
             raise RecordError(f"speedup is {speedup!r}")
-        return cls(_need(data, "problem", str), _need(data, "parent_id", str), _need(data, "child_id", str),
+        kind = _need(data, "kind", str)
+        if kind not in MEMORY_KINDS:
+            raise RecordError(f"kind is {_shown(kind)}, not one of {', '.join(MEMORY_KINDS)}")
+        return cls(_need(data, "problem", str), _id(data, "parent_id"), _id(data, "child_id"),
                    speedup, _need(data, "rationale", str, ""), _need(data, "diff", str, ""),
-                   _need(data, "generation", int, 0), _need(data, "kind", str), _need(data, "operator", str, ""),
+                   _count(data, "generation", 0), kind, _need(data, "operator", str, ""),
                    _need(data, "reversed", bool, False))
 
 
@@ -239,8 +284,21 @@ class ProblemInfo:
     @classmethod
     def from_json(cls, data: Any) -> "ProblemInfo":
         known = _need(data, "known", dict, {})
-        return cls(_need(data, "spec", dict, {}), _need(data, "baseline_id", str),
-                   {k: result_from_json(r) for k, r in known.items()})
+        spec = _need(data, "spec", dict, {})
+        _need(spec, "name", str, "")
+        _need(spec, "suite_dir", str, "")
+        _need(spec, "dialect", str, "")
+        params = _need(spec, "params", dict, {})
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in params.values()):
+            raise RecordError("spec.params holds a non-integer")
+        results = {}
+        for k, r in known.items():
+            kernel_id_field(k, "known")
+            try:
+                results[k] = result_from_json(r)
+            except RecordError as exc:
+                raise RecordError(f"known.{k}.{str(exc).removeprefix('result.')}") from None
+        return cls(spec, _id(data, "baseline_id"), results)
 
 
 @dataclass(frozen=True)
@@ -262,6 +320,9 @@ class Checkpoint:
     # selection.strategy "islands": per problem, the kernel ids of each island (all in its
     # population); absent from the JSON of other strategies and of earlier releases.
     islands: dict[str, list[list[str]]] = field(default_factory=dict)
+    # Whether the file's seal verified under the reader's key (read_checkpoint): written by
+    # this user's tool and not edited since. Not part of the JSON.
+    verified: bool = field(default=False, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -277,32 +338,135 @@ class Checkpoint:
 
     @classmethod
     def from_json(cls, data: Any) -> "Checkpoint":
+        """The checkpoint of a JSON object, every field checked (types, ranges, random states
+        a generator accepts) and its parts consistent with each other (every problem has a
+        population, a hall of fame, a logbook and a record; islands name members of their
+        population). RecordError names the first field that is not."""
         def kernels(key: str) -> dict[str, list[KernelMeta]]:
             section = _need(data, key, dict)
-            if not all(isinstance(v, list) for v in section.values()):
-                raise RecordError(f"{key} holds a non-list")
-            return {n: [KernelMeta.from_json(m) for m in ms] for n, ms in section.items()}
+            out = {}
+            for name, ms in section.items():
+                if not isinstance(ms, list) or not ms:
+                    raise RecordError(f"{key}.{name} is not a non-empty list of kernels")
+                out[name] = [_within(f"{key}.{name}[{i}]", KernelMeta.from_json, m) for i, m in enumerate(ms)]
+            return out
 
         logbook = _need(data, "logbook", dict)
-        if not all(isinstance(v, list) and all(isinstance(e, dict) for e in v) for v in logbook.values()):
-            raise RecordError("logbook holds a non-list")
+        for name, entries in logbook.items():
+            if not isinstance(entries, list):
+                raise RecordError(f"logbook.{name} is not a list")
+            for i, entry in enumerate(entries):
+                _within(f"logbook.{name}[{i}]", check_logbook_entry, entry)
         schema = data.get("schema", data.get("version", LEGACY_SCHEMA))
-        return cls(_need(data, "generation", int), kernels("population"), kernels("hall_of_fame"), logbook,
-                   [MemoryEntry.from_json(e) for e in _need(data, "memory", list, [])],
-                   _need(data, "random_state", list), _need(data, "numpy_state", dict),
-                   {n: ProblemInfo.from_json(p) for n, p in _need(data, "problems", dict).items()},
-                   _need(data, "config_hash", str, ""), float(_need(data, "written", (int, float), 0.0)),
-                   _need(data, "llm_spent", dict, {}), schema, _islands(data))
+        generation = _count(data, "generation")
+        memory = [_within(f"memory[{i}]", MemoryEntry.from_json, e) for i, e in enumerate(_need(data, "memory", list, []))]
+        problems = {n: _within(f"problems.{n}", ProblemInfo.from_json, p) for n, p in _need(data, "problems", dict).items()}
+        written = float(_need(data, "written", (int, float), 0.0))
+        if not math.isfinite(written):
+            raise RecordError(f"written is {written!r}")
+        checkpoint = cls(generation, kernels("population"), kernels("hall_of_fame"), logbook, memory,
+                         _random_state(data), _numpy_state(data), problems, _need(data, "config_hash", str, ""),
+                         written, _spent(data), schema, _islands(data))
+        checkpoint.check()
+        return checkpoint
+
+    def check(self) -> None:
+        """RecordError when its parts disagree: a problem without its population, hall of
+        fame, logbook or record, an island naming a kernel outside its population."""
+        names = set(self.population)
+        for key, section in (("hall_of_fame", self.hall_of_fame), ("problems", self.problems),
+                             ("logbook", self.logbook)):
+            missing = sorted(names - set(section)) or sorted(set(section) - names)
+            if missing:
+                raise RecordError(f"{key} and population name different problems ({missing[0]!r})")
+        for name, groups in self.islands.items():
+            if name not in names:
+                raise RecordError(f"islands.{name} names a problem without a population")
+            members = {m.id for m in self.population[name]}
+            for group in groups:
+                for kid in group:
+                    if kid not in members:
+                        raise RecordError(f"islands.{name} names {kid!r}, which is not in its population")
+
+
+def _within(where: str, parse: Callable[[Any], T], data: Any) -> T:
+    """`parse(data)`, a RecordError naming `where` in front of the field it names."""
+    try:
+        return parse(data)
+    except RecordError as exc:
+        raise RecordError(f"{where}.{exc}" if not str(exc).startswith("not ") else f"{where} is {exc}") from None
 
 
 def _islands(data: dict[str, Any]) -> dict[str, list[list[str]]]:
     """A checkpoint's islands: per problem, lists of kernel ids."""
     islands = _need(data, "islands", dict, {})
     for name, groups in islands.items():
-        if not (isinstance(groups, list) and all(isinstance(g, list) and all(isinstance(i, str) for i in g)
-                                                 for g in groups)):
-            raise RecordError(f"islands of {name} are not lists of kernel ids")
+        if not (isinstance(groups, list) and groups and all(isinstance(g, list) and g for g in groups)):
+            raise RecordError(f"islands.{name} is not a list of non-empty lists of kernel ids")
+        for group in groups:
+            for i, kid in enumerate(group):
+                kernel_id_field(kid, f"islands.{name}")
     return islands
+
+
+def _random_state(data: dict[str, Any]) -> list[Any]:
+    """random.Random.getstate() as JSON, checked by the generator itself."""
+    state = _need(data, "random_state", list)
+    try:
+        version, internal, gauss = state
+        random.Random().setstate((version, tuple(internal), gauss))
+    except (TypeError, ValueError, OverflowError):
+        raise RecordError("random_state is not a state of Python's random generator") from None
+    return state
+
+
+def _numpy_state(data: dict[str, Any]) -> dict[str, Any]:
+    """A NumPy bit generator state (the engine's PCG64), checked by the generator itself."""
+    state = _need(data, "numpy_state", dict)
+    try:
+        np.random.default_rng(0).bit_generator.state = state
+    except (TypeError, ValueError, KeyError, OverflowError):
+        raise RecordError("numpy_state is not a state of NumPy's PCG64 generator") from None
+    return state
+
+
+def _spent(data: dict[str, Any]) -> dict[str, Any]:
+    """The LLM spend totals (numbers by name; shown, never used to decide)."""
+    spent = _need(data, "llm_spent", dict, {})
+    for name, value in spent.items():
+        if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)):
+            raise RecordError(f"llm_spent.{name} is {_shown(value)}, not a number")
+    return spent
+
+
+# The types of the logbook fields the engine writes (engine._record_generation, _strategy_entry):
+# readers (report, live page, plots) compute with them.
+LOGBOOK_FIELDS: dict[str, tuple[type, ...]] = {
+    "gen": (int,), "problem": (str,), "best_id": (str,),
+    **{k: (int,) for k in ("offspring", "evals", "reused", "valid", "duplicates", "failed_ops", "repaired",
+                           "model_errors", "not_judged", "novelty_rejected", "migrated", "archive_cells",
+                           "archive_placed")},
+    **{k: (int, float) for k in ("best_speedup", "avg", "std", "min", "max", "seconds")},
+    **{k: (int, float, type(None)) for k in ("best_latency_ms", "best_percent_of_peak")},
+    "islands_best": (list,),
+}
+
+
+def check_logbook_entry(entry: Any) -> dict[str, Any]:
+    """A logbook entry whose known fields have their types (other fields are kept as they are)."""
+    if not isinstance(entry, dict):
+        raise RecordError("not a JSON object")
+    _count(entry, "gen")
+    for key, kinds in LOGBOOK_FIELDS.items():
+        if key in entry:
+            value = entry[key]
+            if isinstance(value, bool) or not isinstance(value, kinds) or (
+                    isinstance(value, float) and not math.isfinite(value)):
+                raise RecordError(f"{key} is {_shown(value)}")
+    if "islands_best" in entry and not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                           for v in entry["islands_best"]):
+        raise RecordError("islands_best holds a non-number")
+    return entry
 
 
 @dataclass(frozen=True)
@@ -320,9 +484,14 @@ class HeldoutSeeds:
     @classmethod
     def from_json(cls, data: Any) -> "HeldoutSeeds":
         seeds = _need(data, "seeds", list)
-        if not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
-            raise RecordError("seeds holds a non-integer")
-        return cls(_need(data, "mode", str), tuple(seeds))
+        if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds):
+            raise RecordError("seeds holds something other than an integer >= 0")
+        if len(set(seeds)) != len(seeds):
+            raise RecordError("seeds holds a seed twice")
+        mode = _need(data, "mode", str)
+        if mode not in HELDOUT_MODES:
+            raise RecordError(f"mode is {_shown(mode)}, not one of {', '.join(HELDOUT_MODES)}")
+        return cls(mode, tuple(seeds))
 
 
 # --------------------------------------------------------------------------------------------
@@ -336,16 +505,28 @@ def _read_json(path: Path, what: str) -> Any:
         raise RecordError(f"{what} is not JSON ({exc.msg})") from None
 
 
-def read_checkpoint(path: Path) -> Checkpoint:
-    """A checkpoint file; RecordError when damaged, UserError when of a newer schema."""
+SEAL_KEY = "seal"   # a checkpoint's seal (fitness.seal) of the rest of its JSON
+
+
+def read_checkpoint(path: Path, seal: Seal | None = None) -> Checkpoint:
+    """A checkpoint file; RecordError naming the field when damaged or inconsistent, UserError
+    when of a newer schema. `verified` says whether its seal verifies under `seal`."""
     data = _read_json(path, f"checkpoint '{path}'")
+    digest = data.pop(SEAL_KEY, None) if isinstance(data, dict) else None
     if isinstance(data, dict):
         schema_of(data, f"checkpoint '{path}'", key="schema" if "schema" in data else "version")
-    return Checkpoint.from_json(data)
+    checkpoint = Checkpoint.from_json(data)
+    if seal is not None and seal.verifies(data, digest):
+        checkpoint = dataclasses.replace(checkpoint, verified=True)
+    return checkpoint
 
 
-def write_checkpoint(path: Path, checkpoint: Checkpoint) -> None:
-    write_json_atomic(path, checkpoint.to_json())
+def write_checkpoint(path: Path, checkpoint: Checkpoint, seal: Seal | None = None) -> None:
+    """Write the checkpoint atomically, sealed under `seal` when given."""
+    data = checkpoint.to_json()
+    if seal is not None:
+        data[SEAL_KEY] = seal.digest(data)
+    write_json_atomic(path, data)
 
 
 def read_memory_file(path: str | Path) -> MemoryFile:
@@ -392,6 +573,10 @@ class Lines(Generic[T]):
     torn: bool = False          # the last line is cut short (a kill mid-append)
     unreadable: int = 0         # other lines that are not JSON objects
     incomplete: int = 0         # JSON objects that are not a whole record
+    problems: list[str] = field(default_factory=list)   # "line N: why" of the first few of both
+
+    def first_problem(self) -> str:
+        return self.problems[0] if self.problems else ""
 
 
 def read_lines(path: Path, parse: Callable[[Any], T], newest: int = SCHEMA) -> Lines[T]:
@@ -430,18 +615,25 @@ def _parse_lines(out: Lines[T], text: str, path: Path, parse: Callable[[Any], T]
             data = json.loads(line)
         except json.JSONDecodeError:
             data = None
+        where = f"line {i + 1}" if after is None else f"a line after byte {after}"
         if not isinstance(data, dict):
             if i == len(lines) - 1 and not text.endswith("\n"):
                 out.torn = True
             else:
                 out.unreadable += 1
+                _note(out, f"{where}: not a JSON object")
             continue
-        where = f"'{path}' line {i + 1}" if after is None else f"'{path}' (a line after byte {after})"
-        schema_of(data, where, newest)
+        schema_of(data, f"'{path}' {where}", newest)
         try:
             out.records.append(parse(data))
-        except RecordError:
+        except RecordError as exc:
             out.incomplete += 1
+            _note(out, f"{where}: {exc}")
+
+
+def _note(out: Lines[Any], problem: str, most: int = 5) -> None:
+    if len(out.problems) < most:
+        out.problems.append(problem)
 
 
 def read_evaluations(path: Path) -> Lines[EvaluationLine]:

@@ -18,15 +18,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
+from fitness.normalize import kernel_id as kernel_id_of
 from fitness.result import NOT_JUDGED, STATUSES
+from fitness.seal import SealError, user_seal
 from nkibench import paper
+from operators.llm.prompts import quoted_rationale
 from operators.tuning import DECLARED_KNOBS
 
 from . import archive
 from .descriptors import ENGINES, NO_ENGINE
 from .errors import UserError
 from .files import write_text_atomic
-from .records import (Checkpoint, EvaluationLine, KernelMeta, Lines, MemoryEntry, RecordError, figure_label,
+from .records import (SEALED_SCHEMA, Checkpoint, EvaluationLine, KernelMeta, Lines, MemoryEntry, RecordError, figure_label,
                       read_checkpoint, read_evaluations, read_llm_calls, read_memory_file)
 from .runfolder import RunFolder
 
@@ -37,6 +40,7 @@ PAPER_SOURCE = "AccelOpt (Zhang et al., MLSys 2026), trn1 figures read off the p
 PAPER_TRN1 = paper.TRN1_PERCENT_OF_PEAK
 PAPER_GEOMEAN = paper.GEOMEAN_PERCENT_OF_PEAK
 
+RATIONALE_CHARS = 4000          # of a lesson's rationale in the report (prompts show fewer)
 NO_KERNEL = "operator failed"   # an operator returned no kernel (counted in the logbook only)
 __all__ = ["figure_label"]      # re-exported: the one label of a figure lives in records
 
@@ -143,19 +147,29 @@ def read_settings(folder: RunFolder, notes: list[str]) -> dict[str, Any]:
 def _read_checkpoints(folder: RunFolder, notes: list[str]) -> tuple[Checkpoint | None, list[int],
                                                                      dict[str, dict[int, list[float]]]]:
     newest: Checkpoint | None = None
+    newest_path = Path()
     readable: list[int] = []
     population: dict[str, dict[int, list[float]]] = defaultdict(dict)
     files = folder.checkpoint_files()
+    try:
+        seal = user_seal()
+    except SealError as exc:
+        seal = None
+        notes.append(f"checkpoint seals are not checked: {exc}")
     for gen, path in files:
         try:
-            newest = read_checkpoint(path)
+            newest = read_checkpoint(path, seal)
         except (OSError, RecordError) as exc:
             notes.append(f"checkpoints/{path.name} is unreadable ({type(exc).__name__}); generation {gen} "
                          f"is missing from the population plots")
             continue
         readable.append(gen)
+        newest_path = path
         for name, metas in newest.population.items():
             population[name][gen] = [m.result.speedup for m in metas if m.result and m.result.speedup is not None]
+    if readable and seal is not None and newest is not None and newest.schema >= SEALED_SCHEMA and not newest.verified:
+        notes.append(f"checkpoints/{newest_path.name} does not carry your seal (another user's key, or edited "
+                     "since): its figures are as the folder says, not as measured; `resume` re-judges them")
     if not files:
         notes.append("no checkpoint: populations, hall of fame and logbook are unknown; "
                      "figures come from evaluations.jsonl alone")
@@ -379,6 +393,11 @@ def _table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
     return lines
 
 
+def _no_html(text: str) -> str:
+    """`text` that no Markdown viewer renders as HTML: tags and entities spelled out."""
+    return text.replace("&", "&amp;").replace("<", "&lt;")
+
+
 def _fence(text: str, lang: str = "") -> list[str]:
     ticks = "````" if "```" in text else "```"
     return [f"{ticks}{lang}", text.rstrip("\n"), ticks]
@@ -386,13 +405,18 @@ def _fence(text: str, lang: str = "") -> list[str]:
 
 def kernel_source(folder: RunFolder, kernel_id: str, problem: str | None = None) -> str | None:
     """A kernel's source (kernels/<id>.py; for a problem's best kernel best/<problem>.py when that is
-    missing), None when the run folder lacks it."""
-    for path in (folder.kernel_path(kernel_id), folder.best / f"{problem}.py" if problem else None):
-        if path is not None:
-            try:
-                return path.read_text()
-            except OSError:
-                continue
+    missing), None when the run folder lacks it or holds another kernel under its name (a file
+    is that kernel's only when its content hashes to the id)."""
+    try:
+        return folder.read_kernel(kernel_id)
+    except UserError:
+        pass
+    if problem:
+        try:
+            source = (folder.best / f"{problem}.py").read_text()
+        except (OSError, UnicodeDecodeError):
+            return None
+        return source if kernel_id_of(source) == kernel_id else None
     return None
 
 
@@ -790,15 +814,17 @@ def _memory(data: RunData) -> list[str]:
                         "No memory recorded (see the run folder notes above).", ""]
     rows = []
     for i, e in enumerate(data.memory, 1):
-        first = (e.rationale.strip().splitlines() or [""])[0]
-        rows.append([str(i), e.problem, e.kind, _f(e.speedup, ".3f", "×"), str(e.generation), e.operator, first[:200]])
+        first = quoted_rationale(e.rationale, 200).split("\n")[0].removeprefix("> ")
+        rows.append([str(i), e.problem, e.kind, _f(e.speedup, ".3f", "×"), str(e.generation), e.operator,
+                     _no_html(first)])
     lines += _table(["#", "problem", "kind", "speedup (child / parent)", "generation", "operator",
                      "rationale (first line)"], rows)
     lines += ["", "### Rationales", ""]
     for i, e in enumerate(data.memory, 1):
+        # the summarizer's words, quoted and escaped: data, never markup of the report's own
         lines += [f"**{i}. {e.problem}, {e.kind} {_f(e.speedup, '.3f', '×')}** "
                   f"(`{e.parent_id}` → `{e.child_id}`)", "",
-                  e.rationale.strip() or "(no rationale)", ""]
+                  _no_html(quoted_rationale(e.rationale, RATIONALE_CHARS)), ""]
         if e.diff:
             lines += ["<details><summary>diff</summary>", "", *_fence(e.diff, "diff"), "", "</details>", ""]
     return lines

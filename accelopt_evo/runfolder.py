@@ -7,8 +7,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from fitness.normalize import kernel_id as content_id
+
 from .errors import UserError
 from .files import write_text_atomic
+from .records import KERNEL_ID
 
 _CHECKPOINT = re.compile(r"^gen-(\d{4,})\.json$")
 
@@ -89,6 +92,8 @@ class RunFolder:
 
     # Contents -------------------------------------------------------------------------
     def kernel_path(self, kernel_id: str) -> Path:
+        if not KERNEL_ID.match(kernel_id):   # an id is a file name: nothing else may reach the disk
+            raise UserError(f"'{kernel_id[:40]}' is not a kernel id (16 hex digits)")
         return self.kernels / f"{kernel_id}.py"
 
     def write_kernel(self, kernel_id: str, source: str) -> Path:
@@ -99,10 +104,18 @@ class RunFolder:
         return path
 
     def read_kernel(self, kernel_id: str) -> str:
+        """The source stored under `kernel_id`; a UserError naming the file when it is missing
+        or its content is not that kernel's (the id is the hash of the normalized source:
+        a file edited since it was written is refused, never used as that kernel)."""
+        path = self.kernel_path(kernel_id)
         try:
-            return self.kernel_path(kernel_id).read_text()
-        except OSError:
+            source = path.read_text()
+        except (OSError, UnicodeDecodeError):
             raise UserError(f"run folder '{self.root}' lacks kernels/{kernel_id}.py") from None
+        if content_id(source) != kernel_id:
+            raise UserError(f"run folder '{self.root}': kernels/{kernel_id}.py holds another kernel (its content "
+                            f"hashes to {content_id(source)}): the file was edited since it was written; restore it")
+        return source
 
     def checkpoint_path(self, generation: int) -> Path:
         return self.checkpoints / f"gen-{generation:04d}.json"

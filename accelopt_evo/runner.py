@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import secrets
 import time
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from nkibench.problem import DIALECT_NAMES, DIALECT_OF_NAME, Problem
 from fitness.simulator.dialect import IMPORTS as DIALECT_IMPORTS
 from fitness.simulator.perf.hardware import hardware
 from fitness.references import ReferenceError as ReferenceFailure
+from fitness.seal import SealError, user_seal
 from operators.base import Operators
 from operators.tuning import TuningOperators
 
@@ -270,6 +272,7 @@ class Outcome:
     stop_reason: str | None
     target: str
     report_path: Path | None = None
+    rejected: int = 0                    # stored results not believed, computed again
 
 
 class Run:
@@ -294,10 +297,19 @@ class Run:
             write_text_atomic(self.folder.best / f"{rep.problem}.py", best.source)
             self.log(rep.summary(figure_label(best.result.backend, best.result.target or self.cfg.evaluation.target,
                                               best.result.calibration, best.result.instance_type)))
+        self._checkpoint()
+
+    def persist_restored(self) -> None:
+        """After a re-judged restore: the best kernels as it has them, and its state, sealed."""
+        for name in self.engine.states:
+            write_text_atomic(self.folder.best / f"{name}.py", self.engine.best(name).source)
+        self._checkpoint()
+
+    def _checkpoint(self) -> None:
         write_memory_file(self.folder.memory, MemoryFile(tuple(self.engine.memory.entries)))
         state = dataclasses.replace(self.engine.state_dict(), config_hash=self.cfg.hash(), written=time.time(),
                                     llm_spent=self.operators.spent())
-        write_checkpoint(self.folder.checkpoint_path(self.engine.generation), state)
+        write_checkpoint(self.folder.checkpoint_path(self.engine.generation), state, user_seal())
 
     def until(self, gens: int) -> Outcome:
         if self.engine.generation < 0:
@@ -359,7 +371,7 @@ def _evaluation_errors() -> Iterator[None]:
 
     try:
         yield
-    except (BackendError, CalibrationError, ExecutorError) as exc:
+    except (BackendError, CalibrationError, ExecutorError, SealError) as exc:
         raise UserError(str(exc)) from None
 
 
@@ -388,24 +400,78 @@ def start_run(cfg: Config, run_id: str, *, progress: bool = True, log: Callable[
 
 
 def resume_run(path: str | Path, gens: int | None = None, *, progress: bool = True,
-               log: Callable[[str], None] = tqdm.write, evaluator_factory: EvaluatorFactory = open_evaluator) -> Outcome:
-    """`resume`: continue a run from its newest readable checkpoint up to `gens` in total."""
+               log: Callable[[str], None] = tqdm.write, evaluator_factory: EvaluatorFactory = open_evaluator,
+               trust: bool = False) -> Outcome:
+    """`resume`: continue a run from its newest checkpoint up to `gens` in total. Everything it
+    reads back is checked first (a malformed or inconsistent file is a UserError naming it and
+    the field, and nothing is written); a checkpoint whose seal does not verify under the
+    user's key (written elsewhere, edited, or by a release before seals) has its population,
+    hall of fame and memory re-judged before the run continues, unless `trust` (the user's
+    own folder only)."""
     folder = RunFolder.open(path)
     cfg = _saved_config(folder)
     checkpoint = newest_checkpoint(folder, cfg)
     problems = load_problems(problem_specs(cfg, folder.root))
+    check_resumable(folder, cfg, checkpoint, [p.name for p in problems])
+    rejudge = not checkpoint.verified and not _trusted(folder, trust)
     operators, why = choose_operators(cfg, folder.root)
     log(f"resuming {folder.root} from generation {checkpoint.generation}; operators: {why}")
+    if rejudge:
+        log(f"checkpoint gen-{checkpoint.generation:04d}.json does not carry your seal (it was written by another "
+            "key or an earlier release, or edited since): its population, hall of fame and memory are re-judged "
+            "before the run goes on (resume --trust skips that for a folder of your own)")
     _keep_heldout(folder, cfg, checkpoint)
     _truncate_evaluations(folder, checkpoint.generation)
     # The checkpoint restores the memory (including entries first read from memory.path).
     return _drive(cfg, folder, problems, operators, new_memory(cfg, seed=False), checkpoint,
-                  cfg.run.gens if gens is None else gens, progress, log, evaluator_factory)
+                  cfg.run.gens if gens is None else gens, progress, log, evaluator_factory, rejudge)
+
+
+def _trusted(folder: RunFolder, trust: bool) -> bool:
+    """`--trust`: the user vouches for a folder of their own (owned by them); refused for another's."""
+    if not trust:
+        return False
+    owner = folder.root.stat().st_uid
+    if owner != os.getuid():
+        raise UserError(f"resume --trust: run folder '{folder.root}' belongs to another user (uid {owner}); "
+                        "resume it without --trust, which re-judges what it holds")
+    return True
+
+
+def check_resumable(folder: RunFolder, cfg: Config, checkpoint: Checkpoint, problems: Sequence[str]) -> None:
+    """A UserError naming the file and field when what a resume reads back disagrees with the
+    run's configuration: the checkpoint lacks a problem of the run, heldout.json holds another
+    number of seeds or another mode than the configuration says, evaluations.jsonl holds a
+    malformed line (a torn last line, a kill mid-append, is not one)."""
+    where = f"checkpoint '{folder.checkpoint_path(checkpoint.generation)}'"
+    for name in problems:
+        if name not in checkpoint.population:
+            raise UserError(f"{where}: population has no problem '{name}', which the run's configuration names")
+    recorded = read_heldout(folder.heldout)
+    if recorded is not None:
+        e = cfg.evaluation
+        if len(recorded.seeds) != e.heldout_seeds:
+            raise UserError(f"'{folder.heldout}': seeds holds {len(recorded.seeds)} seed(s) where the run's "
+                            f"configuration says evaluation.heldout_seeds = {e.heldout_seeds}")
+        derived = heldout_seeds(cfg.run.seed, e.heldout_seeds, e.seeds)
+        if recorded.mode == "derived" and recorded.seeds != derived:
+            raise UserError(f"'{folder.heldout}': seeds are not those derived from run.seed, which its mode "
+                            f"'derived' says they are")
+        if recorded.mode != e.heldout:
+            raise UserError(f"'{folder.heldout}': mode is {recorded.mode!r} where the run's configuration says "
+                            f"evaluation.heldout = {e.heldout!r}")
+        overlap = sorted(set(recorded.seeds) & set(e.seeds))
+        if overlap:
+            raise UserError(f"'{folder.heldout}': seeds holds {overlap[0]}, a visible seed (evaluation.seeds)")
+    lines = read_evaluations(folder.evaluations)
+    if lines.unreadable or lines.incomplete:
+        raise UserError(f"'{folder.evaluations}' {lines.first_problem()} ({lines.unreadable + lines.incomplete} "
+                        "malformed line(s)); nothing was written")
 
 
 def _drive(cfg: Config, folder: RunFolder, problems: list[Problem], operators: Operators, memory: OptimizationMemory,
            checkpoint: Checkpoint | None, gens: int, progress: bool, log: Callable[[str], None],
-           evaluator_factory: EvaluatorFactory) -> Outcome:
+           evaluator_factory: EvaluatorFactory, rejudge: bool = False) -> Outcome:
     serialize_ast_parse()   # kernels are parsed on several threads (compat.py)
     with evaluator_factory(cfg, folder) as evaluator:
         name, why = evaluator.backend_choice
@@ -414,20 +480,39 @@ def _drive(cfg: Config, folder: RunFolder, problems: list[Problem], operators: O
         dialects = ", ".join(f"{p.name} {DIALECT_NAMES[_dialect_of(p)]}" for p in problems)
         log(f"evaluation: backend {name} ({why}), target {target}{figures}; baselines: {dialects}")
         engine = Engine(cfg, problems, evaluator, operators, memory, log=log, progress=progress)
-        if checkpoint is not None:
-            engine.load_state_dict(checkpoint, folder.read_kernel)
         run = Run(cfg, folder, engine, operators, progress=progress, log=log)
         try:
+            if checkpoint is not None:
+                _load(engine, checkpoint, folder, rejudge, log)
+                if rejudge:
+                    run.persist_restored()
             outcome = run.until(gens)
         except (BaselineError, ReferenceFailure) as exc:
             raise UserError(str(exc)) from None
         finally:
             operators.close()
+        rejected = getattr(evaluator, "cache_rejected", 0)
+        if rejected:
+            outcome.rejected = rejected
+            log(f"{rejected} stored result(s) or reference folder(s) did not verify (written elsewhere or edited) "
+                "and were computed again")
     if cfg.run.report:
         from .report import write_report
 
         outcome.report_path = write_report(folder)
     return outcome
+
+
+def _load(engine: Engine, checkpoint: Checkpoint, folder: RunFolder, rejudge: bool, log: Callable[[str], None]) -> None:
+    """Restore the engine from the checkpoint (re-judging it when `rejudge`). The checkpoint
+    was checked on read; what the engine still refuses ends in one line naming the file."""
+    where = f"checkpoint '{folder.checkpoint_path(checkpoint.generation)}'"
+    try:
+        changed = engine.load_state_dict(checkpoint, folder.read_kernel, rejudge=rejudge)
+    except (KeyError, ValueError, TypeError, IndexError) as exc:
+        raise UserError(f"{where}: cannot be restored ({type(exc).__name__}: {exc})") from None
+    for line in changed:
+        log(f"re-judged: {line}")
 
 
 def _saved_config(folder: RunFolder) -> Config:
@@ -438,21 +523,29 @@ def _saved_config(folder: RunFolder) -> Config:
 
 
 def newest_checkpoint(folder: RunFolder, cfg: Config) -> Checkpoint:
-    """The newest checkpoint that reads back whole and matches the run's config."""
+    """The newest checkpoint, read whole and checked (`verified`: its seal verifies under the
+    user's key), matching the run's config; a UserError naming the file and the field when it
+    is damaged or inconsistent (checkpoints are written atomically: a damaged one was edited
+    or copied damaged, and an older one would be overwritten by the generations after it)."""
     files = folder.checkpoint_files()
     if not files:
         raise UserError(f"run folder '{folder.root}' has no checkpoint to resume from")
-    for _gen, path in reversed(files):
-        try:
-            checkpoint = read_checkpoint(path)
-        except (OSError, RecordError):
-            continue  # never written by us half-way, but a copied folder may hold a damaged file
-        # A schema-1 checkpoint hashed a configuration without the settings added since.
-        omit = SETTINGS_SINCE_SCHEMA_2 if checkpoint.schema == LEGACY_SCHEMA else ()
-        if checkpoint.config_hash != cfg.hash(omit):
-            raise UserError(f"checkpoint '{path}' was written with another configuration (config.toml changed)")
-        return checkpoint
-    raise UserError(f"run folder '{folder.root}' has no readable checkpoint")
+    _gen, path = files[-1]
+    try:
+        checkpoint = read_checkpoint(path, user_seal())
+    except OSError as exc:
+        raise UserError(f"checkpoint '{path}' cannot be read ({exc.strerror or exc})") from None
+    except RecordError as exc:
+        raise UserError(f"checkpoint '{path}' is malformed: {exc}; nothing was written") from None
+    except SealError as exc:
+        raise UserError(str(exc)) from None
+    if checkpoint.generation != _gen:
+        raise UserError(f"checkpoint '{path}': generation is {checkpoint.generation}, not the {_gen} of its name")
+    # A schema-1 checkpoint hashed a configuration without the settings added since.
+    omit = SETTINGS_SINCE_SCHEMA_2 if checkpoint.schema == LEGACY_SCHEMA else ()
+    if checkpoint.config_hash != cfg.hash(omit):
+        raise UserError(f"checkpoint '{path}' was written with another configuration (config.toml changed)")
+    return checkpoint
 
 
 def _keep_heldout(folder: RunFolder, cfg: Config, checkpoint: Checkpoint) -> None:

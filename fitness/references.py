@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -24,12 +25,14 @@ from nkibench.problem import ProblemSpec, widen
 from . import arrays
 from .cache import code_digest
 from .sandbox import clean_env, python_command
+from .seal import Seal, file_digest
 
 # Bump when the files this module writes change; with a digest of the problems' code it names
 # the folder of reference data kept across runs, so that changed problems never serve stale data.
 # 2: dtypes of inputs and outputs in meta.json (bfloat16 and fp8 problems); 3: the expected figures
 # of a narrow-float problem computed on its inputs widened to float64 (they were widened to float32)
 REFERENCE_FORMAT = "3"
+SEAL_FILE = "seal.json"   # beside meta.json: the digests of the seed folder's files, sealed
 
 
 class ReferenceError(RuntimeError):
@@ -125,13 +128,20 @@ def spec_key(spec: ProblemSpec) -> str:
 
 
 class ReferenceStore:
-    """Reference files under `root`, computed on first use."""
+    """Reference files under `root`, computed on first use. With a `seal` (a folder kept across
+    evaluators, maybe shared) every seed's folder carries `seal.json`: the digest of each of its
+    files and of its meta.json, sealed under the folder's key. A folder whose seal does not
+    verify (written elsewhere, edited since, or by a release without seals) is computed again;
+    `rejected` counts them."""
 
-    def __init__(self, root: Path, timeout_s: float = 1800.0) -> None:
-        self.root = Path(root)
+    def __init__(self, root: Path, seal: Seal | None = None, timeout_s: float = 1800.0) -> None:
+        # one folder per key under a kept root: readers with other keys never remove these files
+        self.root = Path(root) / seal.fingerprint if seal is not None else Path(root)
+        self.seal = seal
         self.timeout_s = timeout_s
         self._lock = threading.Lock()
         self._known: dict[tuple[ProblemSpec, Draw], SeedData] = {}
+        self.rejected = 0
 
     def seed_dir(self, spec: ProblemSpec, draw: Draw) -> Path:
         return self.root / spec_key(spec) / seed_folder(*draw)
@@ -141,21 +151,63 @@ class ReferenceStore:
         computing the missing ones (one process for all)."""
         draws = [(d, STANDARD) if isinstance(d, int) else (int(d[0]), str(d[1])) for d in draws]
         with self._lock:
-            missing = [d for d in dict.fromkeys(draws)
-                       if (spec, d) not in self._known and not (self.seed_dir(spec, d) / "meta.json").is_file()]
+            missing = []
+            for d in dict.fromkeys(draws):
+                if (spec, d) in self._known:
+                    continue
+                data = self._read(spec, d)
+                if data is None:
+                    missing.append(d)
+                else:
+                    self._known[(spec, d)] = data
             if missing:
                 self._compute(spec, missing)
-            for d in draws:
-                if (spec, d) not in self._known:
-                    self._known[(spec, d)] = self._read(spec, d)
+                for d in missing:
+                    data = self._read(spec, d)
+                    if data is None:
+                        raise ReferenceError(f"the reference data of {spec.label()} in {self.seed_dir(spec, d)} "
+                                             "does not verify after it was computed")
+                    self._known[(spec, d)] = data
             return [self._known[(spec, d)] for d in draws]
 
-    def _read(self, spec: ProblemSpec, draw: Draw) -> SeedData:
+    def _read(self, spec: ProblemSpec, draw: Draw) -> SeedData | None:
+        """The draw's data, or None when its folder is missing or was removed because it does
+        not verify."""
         folder = self.seed_dir(spec, draw)
+        if not (folder / "meta.json").is_file():
+            return None
+        try:
+            meta = json.loads((folder / "meta.json").read_text())
+            if self.seal is not None and not self._verifies(folder, meta):
+                raise ValueError("its seal does not verify")
+            inputs = tuple(str(folder / n) if isinstance(n, str) else Scalar.from_json(n) for n in meta["inputs"])
+            return SeedData(draw[0], inputs, tuple(str(folder / n) for n in meta["expected"]), draw[1],
+                            tuple(meta["input_dtypes"]), tuple(meta["expected_dtypes"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            self.rejected += 1
+            shutil.rmtree(folder, ignore_errors=True)
+            if folder.exists():
+                raise ReferenceError(f"the reference data in {folder} does not verify (written elsewhere or edited) "
+                                     "and cannot be replaced: remove it, or point evaluation.cache_dir elsewhere") from None
+            return None
+
+    def _verifies(self, folder: Path, meta: Any) -> bool:
+        """Whether the folder's files are those its seal names, under this store's key."""
+        assert self.seal is not None
+        record = json.loads((folder / SEAL_FILE).read_text())
+        files = record.get("files") if isinstance(record, dict) else None
+        if not isinstance(files, dict) or not self.seal.verifies({"files": files, "meta": meta}, record.get("seal")):
+            return False
+        named = {n for n in meta["inputs"] if isinstance(n, str)} | set(meta["expected"])
+        return named <= set(files) and all(file_digest(folder / name) == digest for name, digest in files.items())
+
+    def _seal_folder(self, folder: Path) -> None:
+        """Write the folder's seal.json: the digest of every file the reference process wrote."""
+        assert self.seal is not None
         meta = json.loads((folder / "meta.json").read_text())
-        inputs = tuple(str(folder / n) if isinstance(n, str) else Scalar.from_json(n) for n in meta["inputs"])
-        return SeedData(draw[0], inputs, tuple(str(folder / n) for n in meta["expected"]), draw[1],
-                        tuple(meta["input_dtypes"]), tuple(meta["expected_dtypes"]))
+        files = {p.name: file_digest(p) for p in sorted(folder.iterdir()) if p.name != "meta.json"}
+        (folder / SEAL_FILE).write_text(json.dumps({"files": files, "seal": self.seal.digest({"files": files,
+                                                                                             "meta": meta})}))
 
     def _compute(self, spec: ProblemSpec, draws: list[Draw]) -> None:
         (self.root / spec_key(spec)).mkdir(parents=True, exist_ok=True)
@@ -172,10 +224,13 @@ class ReferenceStore:
                 tail = proc.stderr.decode(errors="replace").strip().splitlines()[-3:]
                 raise ReferenceError(f"computing the reference of {spec.label()} failed: {' | '.join(tail)}")
             for draw in draws:
+                made = Path(work, seed_folder(*draw))
+                if self.seal is not None:
+                    self._seal_folder(made)
                 target = self.seed_dir(spec, draw)
                 if target.exists():   # another evaluator sharing the folder was faster
                     continue
-                Path(work, seed_folder(*draw)).rename(target)
+                made.rename(target)
 
 
 def compute(spec: ProblemSpec, draws: Sequence[Draw], out: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -85,5 +86,73 @@ class EvalResult:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "EvalResult":
+        """The result of `to_dict`'s form (other keys are ignored); ValueError naming the field
+        when a field has the wrong type or range, or the fields disagree with the status
+        (`check`): a result read back is believed no more than a fresh one."""
+        if not isinstance(data, dict):
+            raise ValueError(f"a result is a JSON object, not {type(data).__name__}")
         names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        values = {k: v for k, v in data.items() if k in names}
+        if "status" not in values:
+            raise ValueError("status: missing")
+        for name, value in values.items():
+            why = _field_problem(name, value)
+            if why:
+                raise ValueError(f"{name}: {why} (got {_shown(value)})")
+        result = cls(**values)
+        result.check()
+        return result
+
+    def check(self) -> None:
+        """ValueError when the fields disagree with the status: a timed status without a
+        latency, a speedup or percent of peak without one, errors on a result that is not ok."""
+        if self.status in (OK, NOT_JUDGED, MODEL_ERROR) and self.latency_ms is None:
+            raise ValueError(f"latency_ms: missing, and a {self.status} result has one")
+        if self.latency_ms is None and (self.speedup is not None or self.percent_of_peak is not None):
+            raise ValueError("speedup: set on a result without a latency")
+        if self.errors and self.status != OK:
+            raise ValueError(f"errors: set on a {self.status} result (only ok results have judged errors)")
+
+
+_STRINGS = ("error", "backend", "target", "kernel_id", "problem", "sdk_version", "instance_type", "calibration",
+            "worker", "host")
+_DIALECTS = (None, "legacy", "current")
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _field_problem(name: str, value: Any) -> str:
+    """Why `value` cannot be the field `name` of a result ("" when it can)."""
+    if name == "status":
+        return "" if value in STATUSES else f"one of {', '.join(STATUSES)}"
+    if name in _STRINGS:
+        return "" if isinstance(value, str) else "a string"
+    if name == "latency_ms":
+        return "" if value is None or (_number(value) and value > 0) else "a positive number or null"
+    if name == "speedup":
+        return "" if value is None or (_number(value) and value > 0) else "a positive number or null"
+    if name == "percent_of_peak":
+        return "" if value is None or (_number(value) and value >= 0) else "a number >= 0 or null"
+    if name == "seconds":
+        return "" if _number(value) and value >= 0 else "a number >= 0"
+    if name == "cached":
+        return "" if isinstance(value, bool) else "true or false"
+    if name == "dialect":
+        return "" if value in _DIALECTS else "legacy, current or null"
+    if name == "profile":
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            return "an object of counters"
+        bad = [k for k, v in value.items() if not (v is None or isinstance(v, (str, bool)) or _number(v))]
+        return f"counter {bad[0]!r} is not a number or a string" if bad else ""
+    if name == "errors":
+        ok = isinstance(value, list) and all(isinstance(row, list) and all(_number(e) and e >= 0 for e in row)
+                                             for row in value)
+        return "" if ok else "a list of lists of numbers >= 0 (per seed, per output)"
+    return ""
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

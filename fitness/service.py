@@ -31,9 +31,9 @@ from nkibench.registry import load
 
 from fitness.simulator.perf import calibration as calibration_mod
 
-from . import arrays, backends, gate, policy, precision, sandbox
+from . import arrays, backends, gate, policy, precision, sandbox, seal
 from .backends.trainium import CoreLeases, core_env
-from .cache import EvalCache, cache_key, evaluator_version
+from .cache import CacheFolder, EvalCache, cache_key, evaluator_version
 from .forkserver import ForkServer
 from .normalize import kernel_id
 from .pool import EvalPool
@@ -102,15 +102,21 @@ class Evaluator:
             workers = host.cores        # one evaluation per NeuronCore
         self._calibration = calibration_of(settings, name)
         self.run_dir = Path(run_dir) if run_dir else None
-        folders = [self.run_dir / "cache" / "evaluations"] if self.run_dir else []
-        if settings.cache_dir:
-            folders.append(Path(settings.cache_dir) / "evaluations")
+        # Entries of the run folder are sealed with the user's key, those of a shared cache
+        # folder with the team's key file when one is set (fitness.seal).
+        own = seal.user_seal() if self.run_dir else None
+        shared = seal.seal_for(settings.cache_key_file) if settings.cache_dir else own
+        folders = [CacheFolder(self.run_dir / "cache" / "evaluations", own)] if own else []
+        if settings.cache_dir and shared:
+            folders.append(CacheFolder(Path(settings.cache_dir) / "evaluations", shared))
         self._cache = EvalCache(folders)
         sweep_orphans()
         self._tmp = Path(tempfile.mkdtemp(prefix=_scratch_prefix("accelopt-evo-")))
         # Reference data outlives the evaluator in the cache folder (computing it costs more
-        # than judging a kernel at paper shapes); without one it lives as long as the evaluator.
-        self._refs = ReferenceStore(reference_root(settings, self.run_dir) or self._tmp / "references")
+        # than judging a kernel at paper shapes); without one it lives as long as the evaluator,
+        # in its private scratch folder (nothing to verify there).
+        kept = reference_root(settings, self.run_dir)
+        self._refs = ReferenceStore(kept, shared) if kept else ReferenceStore(self._tmp / "references")
         self._pool = EvalPool(self._slots(workers))
         self._launcher = self._open_launcher(workers)
         self._processes = self._launcher.processes if self._launcher else sandbox.ProcessRegistry()
@@ -275,7 +281,17 @@ class Evaluator:
         """The cached result of `stage` (its cache key `key`); for the latency stage a full
         judgement's, when there is one, answers first (it says more)."""
         hit = self._cache.get(self._key(spec, source, FULL)) if stage == LATENCY else None
-        return hit if hit is not None else self._cache.get(key)
+        hit = hit if hit is not None else self._cache.get(key)
+        if hit is not None and (hit.kernel_id != kernel_id(source) or hit.problem != spec.label()):
+            self._cache.reject(key)   # a sealed entry of another kernel or problem: not this one's
+            return None
+        return hit
+
+    @property
+    def cache_rejected(self) -> int:
+        """Stored results and reference data not believed (a seal that does not verify, a
+        malformed or inconsistent entry) and recomputed instead: for the run's summary."""
+        return self._cache.rejected + self._refs.rejected
 
     @property
     def _context(self) -> list[str] | None:

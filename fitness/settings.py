@@ -32,6 +32,9 @@ class EvalSettings:
     memory_limit_mb: int = 8192                 # address space of the kernel process
     workers: int = 2                            # concurrent evaluations (trainium: one per NeuronCore instead)
     cache_dir: str = ""                         # optional evaluation cache shared between runs
+    # The key file whose key seals the entries of `cache_dir` (a team shares one); "" = the
+    # user's own key (fitness.seal). Run folders are always sealed with the user's own.
+    cache_key_file: str = ""
     # Simulator parameters: "auto" (a per-user calibration of the target when there is one, else
     # the shipped ones), "shipped", or a calibration file (`calibrate`; fitness.simulator.perf.calibration)
     calibration: str = "auto"

@@ -19,6 +19,20 @@ def _shared(folder: Path, marker: str, what: str) -> Path:
     return folder
 
 
+@pytest.fixture(scope="session", autouse=True)
+def user_config_home(tmp_path_factory) -> Path:
+    """The user's configuration folder of the whole session (its subprocesses too): the seal key
+    (fitness.seal) is made there, never in the real home of whoever runs the tests."""
+    home = tmp_path_factory.mktemp("config-home")
+    saved = os.environ.get("XDG_CONFIG_HOME")
+    os.environ["XDG_CONFIG_HOME"] = str(home)
+    yield home
+    if saved is None:
+        os.environ.pop("XDG_CONFIG_HOME", None)
+    else:
+        os.environ["XDG_CONFIG_HOME"] = saved
+
+
 @pytest.fixture(scope="session")
 def nkibench_dir() -> Path:
     """The official NKIBench release (../shared/nkibench); tests needing it skip without it."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import threading
 import time
 import typing
@@ -91,9 +92,14 @@ class CallRecord:
         hints = typing.get_type_hints(cls)
         record = cls(**{k: v for k, v in data.items() if k in hints})
         for name, tp in hints.items():
+            value = getattr(record, name)
             kind = list if typing.get_origin(tp) is list else (int, float) if tp is float else tp
-            if not isinstance(getattr(record, name), kind):
-                raise TypeError(f"{name} is {getattr(record, name)!r}")
+            if not isinstance(value, kind) or (isinstance(value, bool) and tp is not bool):
+                raise TypeError(f"{name} is {value!r}")
+            if tp in (int, float) and not (math.isfinite(value) and value >= (-1 if name == "generation" else 0)):
+                raise ValueError(f"{name} is {value!r}")
+            if tp == list[str] and not all(isinstance(v, str) for v in value):
+                raise TypeError(f"{name} holds a non-string")
         return record
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from pathlib import Path
 from string import Template
 from typing import Any, Mapping, Sequence
@@ -110,7 +111,10 @@ def counter_definitions() -> str:
 
 
 def format_lessons(lessons: Sequence[Lesson]) -> str:
-    """The optimization memory as the prompts show it: one section per lesson, in order."""
+    """The optimization memory as the prompts show it: one section per lesson, in order. The
+    heading's figure is the measured speedup the memory records; the rationale under it is the
+    summarizer's text quoted as data (`quoted_rationale`), so that nothing in it reads as a
+    heading or an instruction of the prompt's own."""
     if not lessons:
         return "(none yet: the optimization memory is empty)"
     parts = []
@@ -119,11 +123,29 @@ def format_lessons(lessons: Sequence[Lesson]) -> str:
             head = f"### Lesson {i}: what to avoid (made a {lesson.problem} kernel {1 / lesson.speedup:.2f}x slower)"
         else:
             head = f"### Lesson {i}: what worked (made a {lesson.problem} kernel {lesson.speedup:.2f}x faster)"
-        text = lesson.rationale.strip()
-        if len(text) > MAX_LESSON_CHARS:
-            text = text[:MAX_LESSON_CHARS].rstrip() + " ..."
-        parts.append(f"{head}\n\n{text}")
+        parts.append(f"{head}\n\n{quoted_rationale(lesson.rationale)}")
     return "\n\n".join(parts)
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_MARKUP_LEAD = re.compile(r"^\s*(?:[#>]+\s*)+")           # headings and quote markers at a line's start
+_RULE = re.compile(r"^\s*([-=_*])(?:\s*\1){2,}\s*$")      # thematic breaks, setext heading underlines
+_LESSON = re.compile(r"(?i)\blesson\s*\d+\s*:")                # "Lesson 3:", a heading's words
+
+
+def quoted_rationale(text: str, limit: int = MAX_LESSON_CHARS) -> str:
+    """A rationale as quoted data: control and bidirectional characters removed, heading and
+    quote markers at line starts dropped, rule lines (and so setext underlines) dropped, a lesson heading's
+    "Lesson N:" made plain, at most `limit` characters, every line behind "> "."""
+    lines = []
+    for line in _CONTROL.sub(" ", text.replace("\r\n", "\n").replace("\r", "\n")).strip().split("\n"):
+        if _RULE.match(line):
+            continue
+        lines.append(_LESSON.sub("lesson:", _MARKUP_LEAD.sub("", line)).rstrip())
+    body = "\n".join(lines).strip()
+    if len(body) > limit:
+        body = body[:limit].rstrip() + " ..."
+    return "\n".join(f"> {line}" if line else ">" for line in (body or "(no rationale)").split("\n"))
 
 
 # The headings of the memory's section in the prompts, and the summarizer's hint that refers to it.

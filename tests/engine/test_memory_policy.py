@@ -5,6 +5,7 @@ for its rationale; a resumed memory goes on as the uninterrupted one."""
 
 from __future__ import annotations
 
+import hashlib
 import random
 from collections.abc import Iterator
 
@@ -28,8 +29,13 @@ def run_sequence(seed: int) -> Iterator[tuple[int, list[Candidate]]]:
     parent, the rest 0.2-0.95x."""
     rng = random.Random(seed)
     for gen in range(1, GENERATIONS + 1):
-        yield gen, [cand(f"g{gen}c{i}", rng.uniform(1.04, 1.3) if rng.random() < 0.15 else rng.uniform(0.2, 0.95),
-                         parent=f"g{gen}p") for i in range(CHILDREN)]
+        yield gen, [cand(hex_id(f"g{gen}c{i}"), rng.uniform(1.04, 1.3) if rng.random() < 0.15 else rng.uniform(0.2, 0.95),
+                         parent=hex_id(f"g{gen}p")) for i in range(CHILDREN)]
+
+
+def hex_id(name: str) -> str:
+    """A kernel id (16 hex digits, as records hold them) named after `name`."""
+    return hashlib.sha256(name.encode()).hexdigest()[:16]
 
 
 def memory(policy: str, seed: int = 0, **kw) -> OptimizationMemory:

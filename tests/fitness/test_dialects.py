@@ -41,7 +41,7 @@ def test_the_service_records_the_dialect_and_rejects_a_mixed_source(tmp_path):
     assert "\n" not in refused.error
     # the record round-trips, and records written before the field read as undecided
     assert EvalResult.from_dict(json.loads(json.dumps(ok.to_dict()))).dialect == "legacy"
-    assert EvalResult.from_dict({"status": "ok"}).dialect is None and "dialect" not in refused.to_dict()
+    assert EvalResult.from_dict({"status": "rejected"}).dialect is None and "dialect" not in refused.to_dict()
 
 
 def test_trainium_refuses_current_dialect_kernels_in_one_line(tmp_path, monkeypatch):

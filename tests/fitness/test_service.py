@@ -170,7 +170,8 @@ def test_reference_data_is_kept_in_the_cache_folder_and_serves_the_next_evaluato
         assert ev.evaluate(SPEC, kernels.SILU).ok
     root = service_mod.reference_root(SETTINGS, tmp_path / "run")
     assert root is not None and root.parent == tmp_path / "run" / "cache" / "references"
-    assert len(list(root.glob("*/seed-*/meta.json"))) == 3   # two seeds and one held-out
+    # a folder per key (fitness.seal), a folder per problem: two seeds and one held-out, sealed
+    assert len(list(root.glob("*/*/seed-*/meta.json"))) == len(list(root.glob("*/*/seed-*/seal.json"))) == 3
     monkeypatch.setattr(references.subprocess, "run", lambda *a, **k: pytest.fail("references recomputed"))
     with Evaluator(SETTINGS, run_dir=tmp_path / "run") as ev:
         assert ev.evaluate(SPEC, kernels.SILU.replace("nl.add(e, 1.0)", "nl.add(e, 1.0 + 0.0)")).ok

@@ -53,13 +53,14 @@ def test_eviction_keeps_the_generations_lessons_and_drops_the_least_informative_
 
 def test_memory_round_trips_through_json_and_a_file(tmp_path):
     mem = OptimizationMemory(capacity=4)
+    ids = [f"{i}" * 16 for i in range(3)]       # a memory file holds kernel ids (16 hex digits)
     for i, s in enumerate([1.3, 0.6, 1.8]):
-        mem.add(cand(f"k{i}", s, problem=["silu", "rmsnorm", "silu"][i]), f"lesson {i}", f"diff {i}", i)
+        mem.add(cand(ids[i], s, parent="f" * 16, problem=["silu", "rmsnorm", "silu"][i]), f"lesson {i}", f"diff {i}", i)
     path = tmp_path / "memory.json"
     path.write_text(json.dumps({"entries": mem.to_json()}))
     loaded = OptimizationMemory(capacity=2)
     loaded.start_from(OptimizationMemory.read_file(path))
-    assert [e.child_id for e in loaded.entries] == ["k1", "k2"]      # the new capacity applies
+    assert [e.child_id for e in loaded.entries] == ids[1:]          # the new capacity applies
     assert loaded.entries[0].problem == "rmsnorm"
     loaded.load_entries(OptimizationMemory.read_file(path))          # a checkpoint: restored as is
     assert [e.to_json() for e in loaded.entries] == mem.to_json()

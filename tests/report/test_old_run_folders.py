@@ -30,18 +30,24 @@ def without_seconds(entries: list[dict]) -> list[dict]:
 
 @pytest.mark.parametrize("name", ["run-v1", "run-v1-llm"])
 def test_the_report_of_an_old_folder_is_the_one_its_release_wrote(tmp_path, name):
+    """But for the memory's rationales, which reports now quote ("> ": the summarizer's words
+    are data, not the report's markup); that release wrote no quoted line."""
     folder = copy(name, tmp_path)
-    assert report.write_report(folder).read_text() == (DATA / f"{name}.report.md").read_text()
+    written = report.write_report(folder).read_text()
+    assert "\n> " in written
+    unquoted = "\n".join("" if line == ">" else line.removeprefix("> ") for line in written.split("\n"))
+    assert unquoted == (DATA / f"{name}.report.md").read_text()
 
 
 def test_an_old_folder_resumes_to_the_same_populations_hall_of_fame_and_logbook(tmp_path):
+    """With --trust (the user's own folder, written before checkpoints were sealed)."""
     folder = copy("run-v1", tmp_path)
     recorded = json.loads(folder.checkpoint_path(3).read_text())
     folder.checkpoint_path(3).unlink()
-    resume_run(folder.root, None, progress=False, log=lambda _m: None,
+    resume_run(folder.root, None, progress=False, log=lambda _m: None, trust=True,
                evaluator_factory=lambda _cfg, _folder: KnobEvaluator(backend="simulator", failures=True))
     again = json.loads(folder.checkpoint_path(3).read_text())
-    assert again["schema"] == SCHEMA and "version" not in again
+    assert again["schema"] == SCHEMA and "version" not in again and again["seal"]
     for key in ("population", "hall_of_fame", "memory"):
         assert again[key] == recorded[key]
     assert without_seconds(again["logbook"]["silu"]) == without_seconds(recorded["logbook"]["silu"])
@@ -56,6 +62,25 @@ def test_an_old_folder_resumes_to_the_same_populations_hall_of_fame_and_logbook(
     text = report.write_report(folder).read_text()
     assert "- Progress: generation 4 checkpointed (resumed beyond run.gens = 3)\n" in text
     assert "Every file of the run folder was read whole." in text
+
+
+def test_an_old_folder_resumed_without_trust_is_re_judged_and_goes_the_same_way(tmp_path):
+    """Unsealed, its checkpoint is re-judged first: the same kernels survive, the same hall of
+    fame and memory; only which evaluations count as reused differs (known results outside the
+    population, the hall of fame and the memory are not believed)."""
+    folder = copy("run-v1", tmp_path)
+    recorded = json.loads(folder.checkpoint_path(3).read_text())
+    folder.checkpoint_path(3).unlink()
+    said: list[str] = []
+    resume_run(folder.root, None, progress=False, log=said.append,
+               evaluator_factory=lambda _cfg, _folder: KnobEvaluator(backend="simulator", failures=True))
+    assert any("does not carry your seal" in line and "re-judged" in line for line in said)
+    again = json.loads(folder.checkpoint_path(3).read_text())
+    for key in ("population", "hall_of_fame", "memory"):
+        assert again[key] == recorded[key]
+    counts = ("seconds", "evals", "reused")
+    assert ([{k: v for k, v in e.items() if k not in counts} for e in again["logbook"]["silu"]]
+            == [{k: v for k, v in e.items() if k not in counts} for e in recorded["logbook"]["silu"]])
 
 
 @pytest.mark.parametrize("file", ["checkpoints/gen-0003.json", "memory.json", "evaluations.jsonl"])
