@@ -43,6 +43,7 @@ to this capacity as if all its entries were older.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 import operator
 from collections import Counter
@@ -51,14 +52,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from accelopt_evo.run.config import ACCELOPT, BALANCED, MEMORY_POLICIES
+from accelopt_evo.run.records import IMPROVEMENT, REGRESSION, MemoryEntry, read_memory_file
 from operators.base import Lesson
-
-from .cascade import first_valid
-from .records import IMPROVEMENT, REGRESSION, MemoryEntry, read_memory_file
-
-BALANCED = "balanced"
-ACCELOPT = "accelopt"
-POLICIES = (BALANCED, ACCELOPT)
 
 
 @dataclass(frozen=True)
@@ -176,12 +172,12 @@ class OptimizationMemory:
     improve_threshold: float = 1.04
     regress_threshold: float = 1.15
     entries: list[MemoryEntry] = field(default_factory=list)
-    policy: str = BALANCED            # one of POLICIES (see the module docstring)
+    policy: str = BALANCED            # one of MEMORY_POLICIES (see the module docstring)
     seed: int = 0                     # the run's seed: accelopt's samples derive from it
 
     def __post_init__(self) -> None:
-        if self.policy not in POLICIES:
-            raise ValueError(f"unknown memory policy {self.policy!r} (one of {', '.join(POLICIES)})")
+        if self.policy not in MEMORY_POLICIES:
+            raise ValueError(f"unknown memory policy {self.policy!r} (one of {', '.join(MEMORY_POLICIES)})")
 
     def select(self, candidates: Iterable[Candidate],
                valid: Callable[[Candidate], bool] = lambda c: True) -> list[Candidate]:
@@ -195,8 +191,9 @@ class OptimizationMemory:
         rules = ADMISSION[self.policy]
         better, worse = ranked(fresh, self.improve_threshold, self.regress_threshold, rules.strict)
         # slots() needs no more than per_generation of either kind
-        better = first_valid(better, valid, self.per_generation)
-        worse = first_valid(worse, valid, self.per_generation)
+        # (valid is asked only as far as needed: islice stops pulling from filter at the count)
+        better = list(itertools.islice(filter(valid, better), self.per_generation))
+        worse = list(itertools.islice(filter(valid, worse), self.per_generation))
         take_better, take_worse = slots(rules, len(better), len(worse), self.per_generation)
         return better[:take_better] + worse[:take_worse]
 

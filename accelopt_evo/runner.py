@@ -15,28 +15,41 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 import numpy as np
 from tqdm import tqdm
 
-from nkibench import registry, user
-from nkibench.problem import DIALECT_NAMES, DIALECT_OF_NAME, Problem
-from fitness.simulator.dialect import IMPORTS as DIALECT_IMPORTS
-from fitness.simulator.perf.hardware import hardware
+from accelopt_evo.run import config as config_mod, user_problems
+from accelopt_evo.run.compat import serialize_ast_parse
+from accelopt_evo.run.config import Config
+from accelopt_evo.run.files import write_text_atomic
+from accelopt_evo.run.folder import RunFolder
+from accelopt_evo.run.records import (
+    LEGACY_SCHEMA,
+    SETTINGS_SINCE_SCHEMA_2,
+    Checkpoint,
+    HeldoutSeeds,
+    MemoryFile,
+    RecordError,
+    append_evaluation,
+    figure_label,
+    read_checkpoint,
+    read_evaluations,
+    read_heldout,
+    rewrite_evaluations,
+    write_checkpoint,
+    write_heldout,
+    write_memory_file,
+)
+from accelopt_evo.search.engine import BaselineError, Engine, GenerationReport
+from accelopt_evo.search.steady import AsyncEvolution
 from fitness.references import ReferenceError as ReferenceFailure
 from fitness.seal import SealError, user_seal
+from fitness.simulator.dialect import IMPORTS as DIALECT_IMPORTS
+from fitness.simulator.perf.hardware import hardware
+from nkibench import registry, user
+from nkibench.problem import DIALECT_NAMES, DIALECT_OF_NAME, Problem
 from operators.base import Operators
 from operators.tuning import TuningOperators
 
-from . import config as config_mod
-from . import user_problems
-from .compat import serialize_ast_parse
-from .config import Config
-from .engine import BaselineError, Engine, GenerationReport
 from .errors import UserError
-from .files import write_text_atomic
 from .memory import OptimizationMemory
-from .records import (LEGACY_SCHEMA, SETTINGS_SINCE_SCHEMA_2, Checkpoint, HeldoutSeeds, MemoryFile, RecordError,
-                      append_evaluation, figure_label, read_checkpoint, read_evaluations, read_heldout,
-                      rewrite_evaluations, write_checkpoint, write_heldout, write_memory_file)
-from .runfolder import RunFolder
-from .steady import AsyncEvolution
 
 if TYPE_CHECKING:
     from operators.llm.ledger import CallRecord, Ledger
@@ -497,7 +510,7 @@ def _drive(cfg: Config, folder: RunFolder, problems: list[Problem], operators: O
             log(f"{rejected} stored result(s) or reference folder(s) did not verify (written elsewhere or edited) "
                 "and were computed again")
     if cfg.run.report:
-        from .report import write_report
+        from accelopt_evo.report.markdown import write_report
 
         outcome.report_path = write_report(folder)
     return outcome

@@ -40,8 +40,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from accelopt_evo import config as config_mod  # noqa: E402
-from accelopt_evo.records import EvaluationLine, read_evaluations  # noqa: E402
+from accelopt_evo.run import config as config_mod  # noqa: E402
+from accelopt_evo.run.records import EvaluationLine, read_evaluations  # noqa: E402
 from accelopt_evo.runner import resume_run, start_run  # noqa: E402
 
 STRATEGIES = {

@@ -20,9 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from fitness import sandbox
-from fitness.forkserver import ForkServer
 from fitness.references import ReferenceStore
+from fitness.sandbox import process
+from fitness.sandbox.forkserver import ForkServer
 from fitness.service import FORK_PRELOAD, Evaluator
 from fitness.settings import EvalSettings
 from nkibench.registry import load, make_spec
@@ -45,7 +45,7 @@ def startup_seconds(spec, launcher, repeats: int, workdir: Path) -> list[float]:
                 ready.append(time.monotonic() - t0)
             return True
 
-        sandbox.run("fitness.worker", request, sandbox.Limits(300, 8192), run_dir, on, launcher=launcher)
+        process.run("fitness.sandbox.worker", request, process.Limits(300, 8192), run_dir, on, launcher=launcher)
         times.extend(ready)
     return times
 

@@ -32,8 +32,7 @@ sys.path.insert(0, str(REPO / "tests" / "fitness"))
 
 from fitness.service import Evaluator  # noqa: E402
 from fitness.settings import EvalSettings  # noqa: E402
-from nkibench.registry import (baseline_dialects, builtin_names, example_names, load, make_spec,  # noqa: E402
-                               shape_names)
+from nkibench.registry import baseline_dialects, builtin_names, example_names, load, make_spec, shape_names
 
 DEFAULT_SUITE = REPO.parent / "shared" / "nkibench"
 FIELDS = ("status", "error", "latency_ms", "profile", "dialect", "speedup", "percent_of_peak")

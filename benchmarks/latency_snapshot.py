@@ -8,7 +8,7 @@ Every kernel is traced shape-only with the emulator and estimated by
 `fitness.simulator.perf.estimate` for each target (shipped parameters). Per kernel the file
 records the trace's instruction count and, per target, latency_ms, hbm_read_bytes,
 hbm_write_bytes, hardware_flops, the bottleneck, and bound_ms: the least latency a correct
-kernel can have (`fitness.roofline.lower_bound`: the problem's HBM bytes and matmul flops and
+kernel can have (`fitness.measures.roofline.lower_bound`: the problem's HBM bytes and matmul flops and
 the kernel's own HBM bytes at the target's peaks); an estimate below it would be recorded as
 a model error, and the run prints every such kernel. A kernel that fails to trace (or to
 estimate) gets its error instead. Kernels, keyed `group/name/dialect`:
@@ -86,7 +86,7 @@ def corpora(shared: Path, shape: str) -> dict[str, tuple[Callable[[], Any], Any]
 def snapshot(traces: dict[str, tuple[Callable[[], Any], Any]], targets: list[str]) -> dict[str, dict]:
     from tqdm import tqdm
 
-    from fitness.roofline import lower_bound
+    from fitness.measures.roofline import lower_bound
     from fitness.simulator.perf import estimate
     from fitness.simulator.perf.model import ENGINE_NAMES, bottleneck_engine
     from nkibench.registry import load

@@ -27,10 +27,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO)]
 sys.path.append(str(REPO / "tests"))
 
-from llm_server import ScriptedLLMServer  # noqa: E402
-
-from accelopt_evo import config as cfgmod  # noqa: E402
+from accelopt_evo.run import config as cfgmod  # noqa: E402
 from accelopt_evo.runner import start_run  # noqa: E402
+
+from llm_server import ScriptedLLMServer  # noqa: E402
 
 
 def main() -> None:

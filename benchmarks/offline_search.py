@@ -25,8 +25,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from accelopt_evo import report  # noqa: E402
-from accelopt_evo.runfolder import RunFolder  # noqa: E402
+from accelopt_evo.report import markdown as report  # noqa: E402
+from accelopt_evo.run.folder import RunFolder  # noqa: E402
 from nkibench.official import official_names  # noqa: E402
 
 DEFAULT_SUITE = REPO.parent / "shared" / "nkibench"

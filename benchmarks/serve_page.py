@@ -28,15 +28,15 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO)]
 sys.path.append(str(REPO / "tests"))
 
+from accelopt_evo.report.serve.follow import follow  # noqa: E402
+from accelopt_evo.report.serve.server import start  # noqa: E402
+from accelopt_evo.run import config as cfgmod  # noqa: E402
+from accelopt_evo.run.folder import RunFolder  # noqa: E402
+from accelopt_evo.runner import start_run  # noqa: E402
+from nkibench.registry import builtin_names  # noqa: E402
+
 from browser import chromium, missing, wait_for  # noqa: E402
 from fakes import KnobEvaluator  # noqa: E402
-
-from accelopt_evo import config as cfgmod  # noqa: E402
-from accelopt_evo.runfolder import RunFolder  # noqa: E402
-from accelopt_evo.runner import start_run  # noqa: E402
-from accelopt_evo.serve.follow import follow  # noqa: E402
-from accelopt_evo.serve.server import start  # noqa: E402
-from nkibench.registry import builtin_names  # noqa: E402
 
 GENS = 20
 # The profile of a real simulator evaluation (silu at shape tiny on trn1): the counters every

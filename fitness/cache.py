@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from fitness.correctness.normalize import judged_form
 from nkibench.problem import ProblemSpec
 
-from .normalize import judged_form
 from .result import COMPILE_ERROR, INCORRECT, NOT_JUDGED, OK, REJECTED, EvalResult
 from .seal import Seal
 from .settings import EVALUATOR_VERSION

@@ -42,11 +42,12 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from fitness.correctness.seeds import SeedData
 from nkibench.problem import ProblemSpec
 
 from . import service
 from .cache import evaluator_version
-from .references import SeedData, reference_version, spec_key
+from .references import reference_version, spec_key
 from .result import CRASHED, EvalResult
 from .settings import EvalSettings
 

@@ -15,16 +15,16 @@ import subprocess
 import sys
 import tempfile
 import threading
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence, Union
+from typing import Any, Sequence
 
+from fitness.correctness import arrays
+from fitness.correctness.seeds import Scalar, SeedData
+from fitness.sandbox.process import clean_env, python_command
 from nkibench.families import DERIVED_NAMES, STANDARD
 from nkibench.problem import ProblemSpec, widen
 
-from . import arrays
 from .cache import code_digest
-from .sandbox import clean_env, python_command
 from .seal import Seal, file_digest
 
 # Bump when the files this module writes change; with a digest of the problems' code it names
@@ -37,73 +37,6 @@ SEAL_FILE = "seal.json"   # beside meta.json: the digests of the seed folder's f
 
 class ReferenceError(RuntimeError):
     """The reference of a problem could not be computed: a problem of the benchmark, not of a kernel."""
-
-
-@dataclass(frozen=True)
-class Scalar:
-    """A reference input that is a scalar (`eps = 1e-5`): kept as a value, never turned into an
-    array, so that the kernel receives it as the reference gives it (a Python float stays a
-    Python float, a NumPy scalar keeps its dtype)."""
-
-    value: bool | int | float
-    type: str                    # "bool", "int", "float", or the dtype name of a NumPy scalar
-
-    @classmethod
-    def of(cls, x: Any) -> "Scalar | None":
-        """The Scalar of `x`, or None when `x` is not a scalar (arrays, lists, ...)."""
-        import numpy as np
-
-        if isinstance(x, np.generic):
-            return cls(x.item(), x.dtype.name)
-        if isinstance(x, (bool, int, float)):
-            return cls(x, type(x).__name__)
-        return None
-
-    def restore(self) -> Any:
-        if self.type in _PYTHON_SCALARS:
-            return _PYTHON_SCALARS[self.type](self.value)
-        import numpy as np
-
-        return np.dtype(self.type).type(self.value)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"scalar": self.value, "type": self.type}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "Scalar":
-        return cls(data["scalar"], str(data["type"]))
-
-
-_PYTHON_SCALARS = {"bool": bool, "int": int, "float": float}
-
-# One input of a seed: the path of an .npy file (arrays) or a Scalar.
-Input = Union[str, Scalar]
-
-
-@dataclass(frozen=True)
-class SeedData:
-    seed: int
-    inputs: tuple[Input, ...]    # .npy paths (arrays) or Scalars, in the reference's argument order
-    expected: tuple[str, ...]    # .npy paths, one per reference output
-    family: str = STANDARD       # the input family the seed's inputs were drawn from
-    # The dtype names of the array inputs, and of the outputs a kernel must return: those of
-    # the reference run on the inputs as drawn. The expected files hold the reference's figures
-    # computed on the same inputs widened to float64 where they are narrower (`compute`).
-    input_dtypes: tuple[str, ...] = ()
-    expected_dtypes: tuple[str, ...] = ()
-
-    def request_inputs(self) -> list[Any]:
-        """The inputs as the kernel process's request carries them (JSON)."""
-        return [p if isinstance(p, str) else p.to_json() for p in self.inputs]
-
-
-def load_input(entry: Any) -> Any:
-    """One input of a kernel-process request: a fresh writable array, or the scalar value."""
-    if isinstance(entry, dict):
-        return Scalar.from_json(entry).restore()
-    import numpy as np
-
-    return np.array(arrays.load(entry, mmap=True))
 
 
 def reference_version() -> str:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .simulator.dialect import Dialect
+    from fitness.simulator.dialect import Dialect
 
 OK = "ok"
 REJECTED = "rejected"              # the static policy refused the source

@@ -25,33 +25,34 @@ from typing import Any, Callable, ContextManager, Iterator, Sequence
 
 import numpy as np
 
+from fitness.backends.trainium import CoreLeases, core_env
+from fitness.correctness import arrays, gate, precision
+from fitness.correctness.normalize import kernel_id
+from fitness.correctness.seeds import SeedData
+from fitness.measures.roofline import lower_bound, percent_of_peak, roofline
+from fitness.sandbox import policy, process
+from fitness.sandbox.forkserver import ForkServer
+from fitness.sandbox.worker import FULL, LATENCY
+from fitness.simulator.dialect import Dialect
+from fitness.simulator.perf import calibration as calibration_mod
 from nkibench.families import STANDARD
 from nkibench.problem import Problem, ProblemSpec
 from nkibench.registry import load
 
-from fitness.simulator.perf import calibration as calibration_mod
-
-from . import arrays, backends, gate, policy, precision, sandbox, seal
-from .backends.trainium import CoreLeases, core_env
+from . import backends, seal
 from .cache import CacheFolder, EvalCache, cache_key, evaluator_version
-from .forkserver import ForkServer
-from .normalize import kernel_id
 from .pool import EvalPool
-from .references import ReferenceError, ReferenceStore, SeedData, reference_version
+from .references import ReferenceError, ReferenceStore, reference_version
 from .result import COMPILE_ERROR, CRASHED, INCORRECT, MODEL_ERROR, NOT_JUDGED, OK, REJECTED, TIMEOUT, EvalResult
-from .roofline import lower_bound, percent_of_peak, roofline
 from .settings import EvalSettings
-from .simulator.dialect import Dialect
-from .worker import FULL, LATENCY
-
 
 # The baseline of a problem that has none (a user's problem evaluated without --baseline):
 # every kernel's speedup is unknown.
 NO_BASELINE = EvalResult(REJECTED, "the problem has no baseline kernel")
 # What the fork server imports once for every simulator kernel process.
-FORK_PRELOAD = ("numpy", "fitness.worker", "fitness.guard", "fitness.policy", "fitness.precision",
-                "fitness.backends", "fitness.backends.simulator", "fitness.simulator", "fitness.simulator.perf",
-                "fitness.references", "nkibench.registry")
+FORK_PRELOAD = ("numpy", "fitness.sandbox.worker", "fitness.sandbox.guard", "fitness.sandbox.policy",
+                "fitness.correctness.precision", "fitness.backends", "fitness.backends.simulator", "fitness.simulator",
+                "fitness.simulator.perf", "fitness.references", "nkibench.registry")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,7 +120,7 @@ class Evaluator:
         self._refs = ReferenceStore(kept, shared) if kept else ReferenceStore(self._tmp / "references")
         self._pool = EvalPool(self._slots(workers))
         self._launcher = self._open_launcher(workers)
-        self._processes = self._launcher.processes if self._launcher else sandbox.ProcessRegistry()
+        self._processes = self._launcher.processes if self._launcher else process.ProcessRegistry()
         self._version = evaluator_version()
         self._lock = threading.Lock()
         self._baselines: dict[ProblemSpec, Future] = {}
@@ -481,8 +482,8 @@ class KernelLauncher:
         self.name = name
         self._cores = cores
         self._core = core
-        self.limits = sandbox.Limits(settings.timeout_s, settings.memory_limit_mb, toolchain=backend == "trainium")
-        self.processes = sandbox.ProcessRegistry()
+        self.limits = process.Limits(settings.timeout_s, settings.memory_limit_mb, toolchain=backend == "trainium")
+        self.processes = process.ProcessRegistry()
         self._forkserver: ForkServer | None = ForkServer(FORK_PRELOAD, scratch) if backend == "simulator" else None
 
     @contextlib.contextmanager
@@ -520,27 +521,27 @@ class KernelLauncher:
 
     def run(self, request: dict[str, Any], workdir: Path, on_message: Callable[[dict[str, Any]], bool],
             running: Callable[[str], ContextManager[Any]] | None = None,
-            cancel: threading.Event | None = None) -> tuple[sandbox.Outcome, str]:
+            cancel: threading.Event | None = None) -> tuple[process.Outcome, str]:
         """The kernel process's outcome and the worker label it ran under; `running(worker)`
         is entered while it runs (in-flight displays); `cancel`, once set, ends it."""
         with self._placement() as (worker, env), (running(worker) if running else contextlib.nullcontext()):
             if env is not None:
-                outcome = sandbox.run("fitness.worker", request, self.limits, workdir, on_message,
+                outcome = process.run("fitness.sandbox.worker", request, self.limits, workdir, on_message,
                                       extra_env=env, registry=self.processes, cancel=cancel)
             else:
                 outcome = self._run_forked(request, workdir, on_message, cancel)
         return outcome, worker
 
     def _run_forked(self, request: dict[str, Any], workdir: Path, on_message: Callable[[dict[str, Any]], bool],
-                    cancel: threading.Event | None) -> sandbox.Outcome:
+                    cancel: threading.Event | None) -> process.Outcome:
         """Run the kernel process from the fork server; spawn it if the server cannot start."""
         launcher = self._forkserver
-        outcome = sandbox.run("fitness.worker", request, self.limits, workdir, on_message,
+        outcome = process.run("fitness.sandbox.worker", request, self.limits, workdir, on_message,
                               registry=self.processes, launcher=launcher, cancel=cancel)
         if outcome.spawn_error and launcher is not None:
             self._forkserver = None   # from now on every kernel process is spawned
             launcher.close()
-            outcome = sandbox.run("fitness.worker", request, self.limits, workdir, on_message,
+            outcome = process.run("fitness.sandbox.worker", request, self.limits, workdir, on_message,
                                   registry=self.processes, cancel=cancel)
         return outcome
 
@@ -842,7 +843,7 @@ class _Judge:
             for p in paths:
                 p.unlink(missing_ok=True)
 
-    def result(self, outcome: sandbox.Outcome, timeout_s: float, stage: str = FULL) -> EvalResult:
+    def result(self, outcome: process.Outcome, timeout_s: float, stage: str = FULL) -> EvalResult:
         """The evaluation's result once the kernel process has ended. A kernel that failed after
         its shape-only trace was timed keeps that latency and profile (it was traced: a search's
         survivor tournaments count it as an entrant that never wins)."""
@@ -856,7 +857,7 @@ class _Judge:
         return EvalResult(status, latency_ms=float(self.done["latency_ms"]), profile=dict(self.done.get("profile", {})),
                           errors=[list(e) for e in self.errors])
 
-    def _failure(self, outcome: sandbox.Outcome, timeout_s: float, stage: str) -> tuple[str, str] | None:
+    def _failure(self, outcome: process.Outcome, timeout_s: float, stage: str) -> tuple[str, str] | None:
         if self.failure is not None:
             return self.failure
         progress = ("while tracing it shape-only" if stage == LATENCY

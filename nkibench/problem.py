@@ -67,7 +67,7 @@ class Counts:
     matmul_dtype: str = "float32"   # the operands' dtype, which sets the TensorE peak
     # How many of the counted element-wise operations one engine pass over an element may do:
     # 1 for the paper's formulas; a user problem's counts (every NumPy operation of its
-    # reference) are divided by what one instruction can fuse (fitness.roofline).
+    # reference) are divided by what one instruction can fuse (fitness.measures.roofline).
     vector_ops_per_pass: float = 1.0
 
 
@@ -182,7 +182,7 @@ class Problem(abc.ABC):
         """The loosest L2 relative tolerance of an output of `dtype`: the problem's own, widened
         for a float type narrower than float32 (`low_precision_tolerance`). The baseline is
         judged with it; other kernels with the baseline's error as yardstick, within it
-        (fitness.gate.yardstick_tolerance)."""
+        (fitness.correctness.gate.yardstick_tolerance)."""
         return max(self.tolerance, low_precision_tolerance(dtype, self.reduction_length))
 
     def tolerance_floor(self, dtype: np.dtype) -> float:

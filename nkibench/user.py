@@ -6,7 +6,7 @@ RNG), `forward(*inputs)`, optionally `transform_to_nki_inputs(inputs)` and
 (`N = 4096`: upper-case names bound to integers). A constant can be overridden (`--set
 problem.N=8192`): the module is executed with the new value in place of the literal, so that
 constants derived from it follow. An optional `TOLERANCE = 1e-2` replaces the tolerance that
-the output dtype and reduction length give (fitness/gate.py).
+the output dtype and reduction length give (fitness/correctness/gate.py).
 
 Both files are kept in a problem folder, `<root>/<name>-<digest>/` with `reference.py`,
 `baseline.py` and `problem.json` ({"name", "dialect"}), named by a digest of their contents:
@@ -40,7 +40,7 @@ COUNTING_SEED = 0
 # The most NumPy operations of a reference that one NKI instruction applies to an element in one
 # pass: nisa.activation's scale, bias, function and accumulating reduction. The element-wise
 # term of a user problem's roofline divides its counted operations by it, so that a kernel that
-# fuses them as far as the ISA allows stays within 100% of peak (fitness.roofline).
+# fuses them as far as the ISA allows stays within 100% of peak (fitness.measures.roofline).
 FUSED_OPS = 4
 # The dtypes of the arrays a reference may give and take: those NKI tensors hold (nki.language).
 KERNEL_DTYPES = ("float32", "float16", "bfloat16", "float8_e4m3", "float8_e5m2", "float8_e4m3fn", "int32", "int16",

@@ -94,13 +94,13 @@ class Context:
     baseline_source: str = ""
     inputs: str = ""              # the kernel's arguments for prompts, e.g. "x: float32[4096, 7168]"
     # The narrowest float type a kernel may compute in (the problem's inputs and baseline decide;
-    # fitness.precision): prompts state the rule with it.
+    # fitness.correctness.precision): prompts state the rule with it.
     precision: str = "float32"
     tolerance: float = 2e-5       # the L2 relative tolerance of the problem's outputs (prompts quote it)
     machine: Machine | None = None  # the target's figures (None: prompts name no numbers)
     # The dimensions of the kernel's array arguments (offline operators draw tile sizes from them).
     dims: frozenset[int] = frozenset()
-    # The ids (fitness.normalize.kernel_id) of the problem's kernels evaluated so far in the run:
+    # The ids (fitness.correctness.normalize.kernel_id) of the problem's kernels evaluated so far in the run:
     # offline operators draw moves that give a kernel not tried yet where there is one.
     known: frozenset[str] = frozenset()
     # Offline tuning operators take part (they vary `# tune:` knobs): only then do prompts ask

@@ -16,7 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
-from fitness.normalize import kernel_id
+from fitness.correctness.normalize import kernel_id
 
 from . import found_knobs, rewrites
 from .base import CROSSOVER, MUTATION, Child, Context, Operators, Parent, Request

@@ -18,7 +18,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Sequence
 
-from fitness.normalize import kernel_id
+from fitness.correctness.normalize import kernel_id
 from fitness.result import COMPILE_ERROR, INCORRECT, NOT_JUDGED, OK, REJECTED, TIMEOUT, EvalResult
 from nkibench import registry
 from operators.knobs import find_knobs

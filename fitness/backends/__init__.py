@@ -87,7 +87,7 @@ def target_refusal(target: str, dialect: str | None) -> str:
 class Runner(Protocol):
     """Worker side of a backend, used inside the sandboxed kernel process. A backend that can
     trace a kernel without data (the simulator) also has `trace(source, args) -> trace`: the
-    worker then times the shape-only trace before any seed runs (fitness.worker)."""
+    worker then times the shape-only trace before any seed runs (fitness.sandbox.worker)."""
 
     allow_exec: bool      # the backend itself starts processes (the Neuron compiler, profiler)
 

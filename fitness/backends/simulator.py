@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..precision import DtypeUse, trace_dtypes
+from fitness.correctness.precision import DtypeUse, trace_dtypes
 
 KERNEL_FILE = "kernel.py"   # the file name errors give the kernel's source
 SEED_TRACES = 20            # a full-data run costs at most this many shape-only traces ...

@@ -20,7 +20,7 @@ Both keep AccelOpt's protocol: compile options `--disable-dge --logical-nc-confi
 2 warm-up runs, then 10 timed runs, each with fresh artifact names checked to exist before
 profiling; the latency is the mean `total_time`; the whole series is repeated (a bounded
 number of times) while its max/min spread exceeds 1 %, keeping the tightest series.
-The profile holds the counters of fitness/counters.py (the simulator's names; `hardware_counters`),
+The profile holds the counters of fitness/measures/counters.py (the simulator's names; `hardware_counters`),
 the simulator's bottleneck line derived from them and labelled as measured, and the series'
 figures (min_ms, max_ms, rel_diffs, series_spreads).
 
@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from fitness.counters import NAMES as COUNTER_NAMES
+from fitness.measures.counters import NAMES as COUNTER_NAMES
 from fitness.simulator import dialect as D
 from fitness.simulator.perf import model as perf_model
 from fitness.simulator.perf.hardware import HARDWARE
@@ -146,7 +146,7 @@ SPILLS = ("spill_save_bytes", "spill_reload_bytes")
 
 
 def hardware_counters(summary: dict[str, float], latency_ms: float, target: str) -> dict[str, float]:
-    """The profile counters of fitness/counters.py from one run's summary (`parse_summary`),
+    """The profile counters of fitness/measures/counters.py from one run's summary (`parse_summary`),
     under the simulator's names, in their declared order: `latency_ms` is the mean of the timed
     runs (the figure judged), the rest the profiler's own values where it reports them, and
     otherwise derived from its counters and the target's documented figures (the simulator's

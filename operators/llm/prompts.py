@@ -16,7 +16,7 @@ from pathlib import Path
 from string import Template
 from typing import Any, Mapping, Sequence
 
-from fitness.counters import COUNTERS, INTENSITY, RIDGE, Counter
+from fitness.measures.counters import COUNTERS, INTENSITY, RIDGE, Counter
 
 from .. import base as _base
 from ..diff import kernel_diff
@@ -73,7 +73,7 @@ def _counter_value(counter: Counter, value: float) -> str:
 
 def format_profile(parent: Parent) -> str:
     """The evaluation's figures for one kernel, one per line: the speedup, % of peak and the
-    bottleneck line, then the profile counters (fitness/counters.py) in their declared order with
+    bottleneck line, then the profile counters (fitness/measures/counters.py) in their declared order with
     their units; a profile's other fields are not shown. `latency_ms` is the judged latency."""
     lines = []
     if parent.speedup is not None:
@@ -94,7 +94,7 @@ def format_profile(parent: Parent) -> str:
 
 def counter_definitions() -> str:
     """The system message's "Profile counters" section body: each counter of
-    fitness/counters.py with its unit and one-line definition, then the memory-bound /
+    fitness/measures/counters.py with its unit and one-line definition, then the memory-bound /
     compute-bound rule and what the bottleneck line says."""
     head = ("Each kernel's profile shows these counters, in this order, under the same names and with the "
             "same meaning whether the simulator estimated them or the profiler measured them on the device "

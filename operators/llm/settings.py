@@ -1,5 +1,5 @@
 """Typed LLM and budget settings: the one declaration of the run configuration's [llm],
-[llm.roles.<role>] and [budget] tables (accelopt_evo.config generates its sections from them).
+[llm.roles.<role>] and [budget] tables (accelopt_evo.run.config generates its sections from them).
 
 The constructors read the config sections by attribute (duck typing), so the operators never
 import the engine package. Per-role settings inherit every unset field from [llm]; `extra`

@@ -12,7 +12,7 @@ import ast
 from dataclasses import dataclass
 from typing import Iterator
 
-from fitness.arrays import dtype_of
+from fitness.correctness.arrays import dtype_of
 
 from .aliases import aliases
 

@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from accelopt_evo import config as config_mod
-from accelopt_evo.cli import main
+from accelopt_evo.cli.main import main
 from accelopt_evo.errors import UserError
-from accelopt_evo.records import figure_label
+from accelopt_evo.run import config as config_mod
+from accelopt_evo.run.records import figure_label
 from accelopt_evo.runner import baseline_dialect, problem_specs
 from fitness.cache import cache_key
 from nkibench import registry

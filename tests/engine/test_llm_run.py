@@ -8,11 +8,12 @@ import re
 
 import pytest
 
-from accelopt_evo import config as cfgmod
-from accelopt_evo.cli import main
+from accelopt_evo.cli.main import main
 from accelopt_evo.errors import UserError
-from accelopt_evo.runfolder import RunFolder
+from accelopt_evo.run import config as cfgmod
+from accelopt_evo.run.folder import RunFolder
 from accelopt_evo.runner import resume_run, start_run
+
 from fakes import KnobEvaluator
 from llm_server import Fault
 

@@ -11,10 +11,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from accelopt_evo import config as cfgmod
 from accelopt_evo.errors import UserError
 from accelopt_evo.memory import ACCELOPT, BALANCED, IMPROVEMENT, REGRESSION, Candidate, OptimizationMemory
-from accelopt_evo.records import MemoryEntry
+from accelopt_evo.run import config as cfgmod
+from accelopt_evo.run.records import MemoryEntry
 from accelopt_evo.runner import new_memory
 
 CAPACITY, PER_GENERATION, CHILDREN, GENERATIONS = 16, 4, 8, 15     # the run defaults

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from accelopt_evo.cli import main
+from accelopt_evo.cli.main import main
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -248,8 +248,8 @@ def test_several_pairs_are_several_problems(tmp_path, capsys):
 
 
 def test_prompts_get_the_problem_s_precision_floor_and_argument_names(tmp_path):
-    from accelopt_evo.engine import describe_kernel_inputs, kernel_precision
-    from accelopt_evo.user_problems import Pair, stage
+    from accelopt_evo.run.user_problems import Pair, stage
+    from accelopt_evo.search.engine import describe_kernel_inputs, kernel_precision
     from nkibench import registry
 
     example = REPO / "examples" / "rmsnorm_bf16"

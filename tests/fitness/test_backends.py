@@ -16,11 +16,9 @@ import numpy as np
 import pytest
 
 from fitness import backends
-from fitness.backends import host as host_mod
-from fitness.backends import trainium
-from fitness.backends import BackendError, NeuronHost
+from fitness.backends import BackendError, NeuronHost, host as host_mod, trainium
 from fitness.cache import cache_key
-from fitness.sandbox import Limits
+from fitness.sandbox.process import Limits
 from nkibench.registry import load, make_spec
 
 # `neuron-profile view --output-format summary-json` (and neuron-explorer's): one entry per
@@ -195,7 +193,7 @@ def test_cache_keys_keep_hardware_results_of_different_sdks_and_chips_apart():
 
 
 def test_the_toolchain_keeps_its_address_space_and_gets_more_files():
-    probe = ("import resource, sys; from fitness.sandbox import apply_limits; apply_limits({limits!r}); "
+    probe = ("import resource, sys; from fitness.sandbox.process import apply_limits; apply_limits({limits!r}); "
              "print(resource.getrlimit(resource.RLIMIT_AS)[0], resource.getrlimit(resource.RLIMIT_NOFILE)[0])")
     seen = []
     for toolchain in (False, True):
@@ -352,7 +350,7 @@ def test_each_concurrent_evaluation_runs_pinned_to_its_own_core(tmp_path, monkey
     """The evaluator gives every kernel process one NeuronCore of its own, at logical-core
     configuration 1 on trn2, with the toolchain's limits (the sandbox itself is replaced)."""
     from fitness import service as service_mod
-    from fitness.sandbox import Outcome
+    from fitness.sandbox.process import Outcome
     from fitness.service import Evaluator
     from fitness.settings import EvalSettings
 
@@ -367,7 +365,7 @@ def test_each_concurrent_evaluation_runs_pinned_to_its_own_core(tmp_path, monkey
         both_running.wait()      # two evaluations hold their cores at the same time
         return Outcome(returncode=1, stderr="stand-in kernel process")
 
-    monkeypatch.setattr(service_mod.sandbox, "run", sandboxed)
+    monkeypatch.setattr(service_mod.process, "run", sandboxed)
     spec = make_spec("silu", "small", dialect="current")
     source = load(spec).baseline_source
     with Evaluator(EvalSettings(backend="auto", target="trn2"), run_dir=tmp_path) as ev:

@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from accelopt_evo.cli import main
-from fitness import backends, worker
-from fitness import service as service_mod
+from accelopt_evo.cli.main import main
+from fitness import backends, service as service_mod
 from fitness.result import EvalResult
+from fitness.sandbox import worker
 from fitness.service import Evaluator
 from fitness.settings import EvalSettings
 from nkibench.registry import load, make_spec

@@ -1,4 +1,4 @@
-"""The trainium backend's profile against the fake toolchain: the counters of fitness/counters.py
+"""The trainium backend's profile against the fake toolchain: the counters of fitness/measures/counters.py
 under the simulator's names (the profiler's other summary fields left out), the simulator's
 bottleneck line derived from them and labelled as measured, and the series' figures."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from fitness.backends import trainium
-from fitness.counters import NAMES
+from fitness.measures.counters import NAMES
 from nkibench.registry import load, make_spec
 from operators.base import Parent
 from operators.llm import prompts

@@ -10,13 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import adversarial_kernels as adv
-import eval_kernels as kernels
+from fitness.sandbox.worker import save_outputs, stream_divergence
 from fitness.service import Evaluator
 from fitness.settings import EvalSettings
 from fitness.simulator.trace import Instr, Trace
-from fitness.worker import save_outputs, stream_divergence
 from nkibench.registry import make_spec
+
+import adversarial_kernels as adv
+import eval_kernels as kernels
 
 SPEC = make_spec("silu", "tiny")
 # two held-out seeds: silu's two families ("large", "edges")

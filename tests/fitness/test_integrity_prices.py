@@ -7,14 +7,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import adversarial_prices as adv
+from fitness.measures.roofline import lower_bound, peaks
 from fitness.result import MODEL_ERROR, OK, EvalResult
-from fitness.roofline import lower_bound, peaks
 from fitness.service import Evaluator, below_bound
 from fitness.settings import EvalSettings
 from fitness.simulator import errors, placeholders, run_kernel
 from fitness.simulator.perf import estimate
 from nkibench.registry import load, make_spec
+
+import adversarial_prices as adv
 
 SETTINGS = EvalSettings(backend="simulator", seeds=(0, 21), heldout_seeds=(90210, 31337), timeout_s=60,
                         memory_limit_mb=2048, workers=2)

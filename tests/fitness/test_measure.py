@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from accelopt_evo import cli
+from accelopt_evo.cli import main as cli
 from fitness import backends
 from fitness.backends import host as host_mod
 from fitness.backends.trainium import TrainiumRunner

@@ -25,17 +25,18 @@ from pathlib import Path
 
 import pytest
 
-import eval_kernels as kernels
-from checkpoint_diff import comparable, results
-from accelopt_evo import cli
-from accelopt_evo import config as cfgmod
-from accelopt_evo.records import EvaluationLine
+from accelopt_evo.cli import main as cli
+from accelopt_evo.run import config as cfgmod
+from accelopt_evo.run.records import EvaluationLine
 from accelopt_evo.runner import start_run
 from fitness import executor
 from fitness.result import EvalResult
 from fitness.service import HOSTNAME, Evaluator
 from fitness.settings import EvalSettings
 from nkibench.registry import make_spec
+
+import eval_kernels as kernels
+from checkpoint_diff import comparable, results
 
 SPEC = make_spec("silu", "tiny")
 LOCAL = EvalSettings(backend="simulator", seeds=(0, 21), heldout_seeds=(90210,), timeout_s=20.0,
@@ -233,7 +234,7 @@ class Driver:
             raise
 
     def processes(self) -> list:
-        import psutil    # comes with Ray
+        import psutil  # comes with Ray
 
         root = psutil.Process(self.proc.pid)
         return [root, *root.children(recursive=True)]

@@ -13,13 +13,14 @@ from pathlib import Path
 
 import pytest
 
-import eval_kernels as kernels
-from fitness import references, sandbox
-from fitness import service as service_mod
-from fitness.normalize import kernel_id
+from fitness import references, service as service_mod
+from fitness.correctness.normalize import kernel_id
+from fitness.sandbox import process
 from fitness.service import Evaluator
 from fitness.settings import EvalSettings
 from nkibench.registry import make_spec
+
+import eval_kernels as kernels
 
 SPEC = make_spec("silu", "tiny")
 TIMEOUT_S = 4.0
@@ -186,14 +187,14 @@ def test_reference_data_goes_to_the_shared_cache_folder_when_set(tmp_path):
 
 def test_evaluate_many_keeps_order_and_runs_duplicates_once(evaluator, monkeypatch):
     calls: list[str] = []
-    real_run = sandbox.run
+    real_run = process.run
 
     def counting_run(module, request, *args, **kwargs):
         if request["cases"][0]["label"] == "seed 0":   # not the later seeds' process of a split judgement
             calls.append(request["source"])
         return real_run(module, request, *args, **kwargs)
 
-    monkeypatch.setattr(service_mod.sandbox, "run", counting_run)
+    monkeypatch.setattr(service_mod.process, "run", counting_run)
     variant = kernels.SILU.replace("nl.multiply(xt, r)", "nl.multiply(r, xt)")
     sources = [variant, kernels.IMPORT_GC, variant + "\n\n# same kernel\n", kernels.CONSTANT_OUTPUT]
     results = evaluator.evaluate_many(SPEC, sources, progress="test")
@@ -221,14 +222,14 @@ def test_submit_gives_the_result_evaluate_gives(evaluator):
 
 
 def test_crashed_worker_gives_crashed_and_the_pool_goes_on(evaluator, monkeypatch):
-    real_run = sandbox.run
+    real_run = process.run
 
     def crashing_run(module, request, *args, **kwargs):
         if "CRASH ME" in request["source"]:
-            return sandbox.Outcome(returncode=-11, stderr="Fatal Python error: Segmentation fault\n")
+            return process.Outcome(returncode=-11, stderr="Fatal Python error: Segmentation fault\n")
         return real_run(module, request, *args, **kwargs)
 
-    monkeypatch.setattr(service_mod.sandbox, "run", crashing_run)
+    monkeypatch.setattr(service_mod.process, "run", crashing_run)
     crash = kernels.SILU + "\n# CRASH ME\nunused = 1\n"
     other = kernels.SILU.replace("d = nl.add(e, 1.0)", "den = nl.add(e, 1.0)")
     other = other.replace("reciprocal(d)", "reciprocal(den)")

@@ -12,12 +12,14 @@ import threading
 
 import pytest
 
-import adversarial_kernels as adv
-import eval_kernels as kernels
-from fitness import sandbox, service
+from fitness import service
+from fitness.sandbox import process
 from fitness.service import Evaluator
 from fitness.settings import EvalSettings
 from nkibench.registry import make_spec
+
+import adversarial_kernels as adv
+import eval_kernels as kernels
 
 SPEC = make_spec("silu", "tiny")
 TWO = EvalSettings(backend="simulator", seeds=(0, 21), heldout_seeds=(90210, 31337), timeout_s=20,
@@ -37,7 +39,7 @@ class Processes:
         self.seeds: list[list[str]] = []
         self.running = self.most = 0
         self._lock = threading.Lock()
-        real = sandbox.run
+        real = process.run
 
         def counting(module, request, *args, **kwargs):
             with self._lock:
@@ -50,7 +52,7 @@ class Processes:
                 with self._lock:
                     self.running -= 1
 
-        monkeypatch.setattr(service.sandbox, "run", counting)
+        monkeypatch.setattr(service.process, "run", counting)
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +120,7 @@ def test_processes_that_time_different_traces_are_a_compile_error(pair, monkeypa
 
 def test_progress_counts_the_seeds_of_the_whole_judgement(tmp_path):
     judge = service._Judge(None, [None, None], [], [], None, tmp_path, first=2, total=4)
-    outcome = sandbox.Outcome(None, timed_out=True, limit_s=20.0)
+    outcome = process.Outcome(None, timed_out=True, limit_s=20.0)
     status, message = judge._failure(outcome, 20.0, service.FULL)
     assert status == "timeout" and message.endswith("after 2 of 4 seeds")
 

@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fitness import policy
-from fitness.entry import select
-from fitness.gate import l2_errors
+from fitness.correctness.gate import l2_errors
+from fitness.sandbox import policy
+from fitness.sandbox.entry import select
 from fitness.service import Evaluator
 from fitness.settings import EvalSettings
 from nkibench.examples import KERNELS, NOT_JUDGED, ExampleKernel

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fitness.gate import check_outputs
+from fitness.correctness.gate import check_outputs
 from fitness.simulator import run_kernel
 from nkibench import families
 from nkibench.registry import builtin_names, load, make_spec

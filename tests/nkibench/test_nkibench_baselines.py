@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from fitness import policy
-from fitness.gate import check_outputs
+from fitness.correctness.gate import check_outputs
+from fitness.sandbox import policy
 from fitness.simulator import placeholders, run_kernel
 from nkibench.registry import NKI_BASELINES, builtin_names, load, make_spec
 from operators.knobs import find_knobs, set_knobs

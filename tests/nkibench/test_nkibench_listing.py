@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from accelopt_evo.listing import format_problem_table, problem_rows
+from accelopt_evo.cli.listing import format_problem_table, problem_rows
 from nkibench.registry import DIALECT_NAMES, baseline_dialects, builtin_names
 
 KEYS = {"name", "params", "baseline_path", "bound", "peak_latency_ms", "baseline_latency_ms", "percent_of_peak",
@@ -52,7 +52,7 @@ def test_unknown_operator_has_unknown_peak(tmp_path, make_suite):
 
 
 def test_simulated_baseline_of_a_small_shape():
-    from accelopt_evo.listing import simulate_baseline
+    from accelopt_evo.cli.listing import simulate_baseline
     from nkibench.registry import load, make_spec
 
     small = simulate_baseline(load(make_spec("matmul", "small")))
@@ -63,7 +63,7 @@ def test_simulated_baseline_of_a_small_shape():
 @pytest.mark.slow
 def test_simulated_rows_at_paper_shapes():
     # the legacy baselines (the current dialect's take the same path; both dialects' baselines
-    # are held to their roofline bound in tests/fitness/test_roofline_bound.py)
+    # are held to their roofline bound in tests/fitness/measures/test_roofline_bound.py)
     rows = problem_rows(simulate=True, dialects=("legacy",))
     assert rows and {r["dialect"] for r in rows} == {"legacy"}
     for r in rows:
@@ -82,7 +82,7 @@ def test_every_case_of_a_suite_is_listed(tmp_path, make_suite):
 
 
 def test_the_table_names_the_sdk_example_problems_apart(capsys):
-    from accelopt_evo.cli import main
+    from accelopt_evo.cli.main import main
     from nkibench.registry import example_names
 
     assert main(["problems"]) == 0

@@ -11,6 +11,7 @@ import pytest
 from nkibench.official import OfficialProblem, SuiteError, official_names, official_spec, read_summary
 from nkibench.registry import builtin_names, load, make_spec
 
+
 def test_reads_the_official_release(nkibench_dir):
     assert sorted(official_names(nkibench_dir)) == builtin_names()
     for name in official_names(nkibench_dir):
@@ -126,7 +127,7 @@ def test_malformed_summary(tmp_path):
 @pytest.mark.parametrize("name", ["silu", "rope_single_freq_apply"])
 def test_official_baseline_runs_through_the_loader(name, nkibench_dir):
     """The loader's transforms around an official kernel, run by the emulator, at the paper shape."""
-    from fitness.gate import check_outputs
+    from fitness.correctness.gate import check_outputs
     from fitness.simulator import run_kernel
 
     problem = load(make_spec(name, suite_dir=str(nkibench_dir)))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fitness.roofline import roofline
+from fitness.measures.roofline import roofline
 from nkibench.official import import_reference, read_summary
 from nkibench.registry import ProblemError, builtin_names, load, make_spec
 

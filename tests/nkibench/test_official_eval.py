@@ -1,7 +1,7 @@
 """Every official NKIBench kernel passes through the path users take: `python -m accelopt_evo
 eval KERNEL --suite-dir ../shared/nkibench --problem NAME` at the paper's shape, on one seed
 drawn from the problem's first input family (scalar arguments such as eps included). Held-out
-seeds take the same path (tests/engine/test_heldout.py, at small shapes); one seed keeps the 14
+seeds take the same path (tests/engine/run/test_heldout.py, at small shapes); one seed keeps the 14
 paper-shape evaluations, the heaviest full-data runs of the suite, within CI's time."""
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from fitness import arrays
+from fitness.correctness import arrays
 from nkibench import registry, user
 from nkibench.problem import low_precision_tolerance
 

@@ -12,12 +12,13 @@ from typing import Any
 
 import numpy as np
 
-from accelopt_evo.config import Config
-from accelopt_evo.engine import machine
-from llm_server import set_knob
+from accelopt_evo.run.config import Config
+from accelopt_evo.search.engine import machine
 from nkibench.problems import silu
 from operators.base import Context, Parent
 from operators.llm import BudgetSettings, LLMSettings
+
+from llm_server import set_knob
 
 REPO = Path(__file__).resolve().parents[2]
 BASELINE = (REPO / "nkibench" / "baselines" / "silu.py").read_text()

@@ -101,7 +101,7 @@ def test_fenced_blocks_reports_tags_in_order():
 
 
 def test_missing_imports_follow_the_dialect_of_the_kernel_being_changed():
-    from fitness import policy
+    from fitness.sandbox import policy
 
     bare = "```python\n@nki.jit\ndef kernel(x):\n    t = nl.load(x)\n    return nisa.activation(op=nl.exp, data=t)\n```"
     current = extract_kernel(bare, "current").source

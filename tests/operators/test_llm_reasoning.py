@@ -11,20 +11,20 @@ from pathlib import Path
 
 import pytest
 
-from accelopt_evo import config as cfgmod
-from accelopt_evo.cli import main
+from accelopt_evo.cli.main import main
 from accelopt_evo.errors import UserError
-from accelopt_evo.runfolder import RunFolder
+from accelopt_evo.run import config as cfgmod
+from accelopt_evo.run.folder import RunFolder
 from accelopt_evo.runner import check_operators, choose_operators, llm_roles_in_use, newest_checkpoint, start_run
-from llm_server import DECOY, PREFLIGHT_ROLE, Fault, ReasoningModel, ScriptedLLMServer
-from llm_support import API_KEY, ENV, baseline_parent, budget, context, settings
 from operators.base import MUTATION, Request
-from operators.llm import LLMOperators, PreflightError, preflight
-from operators.llm import ledger as L
+from operators.llm import LLMOperators, PreflightError, ledger as L, preflight
 from operators.llm.cache import CACHE_DIR, CachedReply, ResponseCache, cache_key
 from operators.llm.client import ChatCall, ChatClient, parse_completion, probes
 from operators.llm.ledger import read_records
 from operators.llm.settings import LLMSettings
+
+from llm_server import DECOY, PREFLIGHT_ROLE, Fault, ReasoningModel, ScriptedLLMServer
+from llm_support import API_KEY, ENV, baseline_parent, budget, context, settings
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 SHORT = 64      # below ReasoningModel().min_budget: all spent on reasoning, finish_reason "length"

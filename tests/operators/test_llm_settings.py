@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from accelopt_evo.config import resolve
+from accelopt_evo.run.config import resolve
 from operators.llm.settings import ROLES, BudgetSettings, LLMSettings, Settings
 
 

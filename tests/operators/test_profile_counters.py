@@ -1,4 +1,4 @@
-"""One list of profile counters (fitness/counters.py): the simulator and the hardware backend
+"""One list of profile counters (fitness/measures/counters.py): the simulator and the hardware backend
 report the same names, the prompts show them in the declared order with their units and the
 bottleneck line, and the system message defines each one with the memory-bound rule.
 
@@ -16,14 +16,14 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from fitness import counters
 from fitness.backends import trainium
-from fitness.simulator import ShapeDtype, run_kernel
-from fitness.simulator import trace as tr
+from fitness.measures import counters
+from fitness.simulator import ShapeDtype, run_kernel, trace as tr
 from fitness.simulator.perf import estimate, hardware, model
-from llm_support import baseline_parent, context
 from operators.base import Parent
 from operators.llm import prompts
+
+from llm_support import baseline_parent, context
 
 EXPECTED_DEFINITIONS = """\
 Each kernel's profile shows these counters, in this order, under the same names and with the same meaning whether the simulator estimated them or the profiler measured them on the device (percent counters are shown as percentages):

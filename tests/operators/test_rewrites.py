@@ -9,11 +9,11 @@ import pytest
 from fitness.simulator import run_kernel
 from nkibench.registry import NKI_BASELINES, baseline_path, load, make_spec
 from operators import rewrites
+from operators.base import Context
 from operators.rewrites.engines import move_engine
 from operators.rewrites.fuse import fuse_activation
 from operators.rewrites.loops import hoist_invariants, interchange
 from operators.tuning import Mutation, mutate, region_crossover
-from operators.base import Context
 
 MAMBA_OFFICIAL = "kernels/mamba_M7168_C256_S16_0.py"
 SILU_OFFICIAL = "kernels/silu_M4096_N7168_0.py"
@@ -204,7 +204,7 @@ def test_fuse_activation_reads_an_operand_as_the_statement_that_last_wrote_it():
 
 
 def test_mutations_draw_kernels_the_run_has_not_tried_while_there_are_any():
-    from fitness.normalize import kernel_id
+    from fitness.correctness.normalize import kernel_id
     from operators.base import MUTATION, Parent, Request
     from operators.tuning import TuningOperators
 

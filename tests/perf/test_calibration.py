@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from accelopt_evo import cli
+from accelopt_evo.cli import main as cli
 from fitness.service import Evaluator
 from fitness.settings import EvalSettings
 from fitness.simulator.perf import calibrate, calibrated, calibration

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fitness.entry import select
+from fitness.sandbox.entry import select
 from fitness.simulator import placeholders, run_kernel
 from fitness.simulator.perf import estimate, hardware
 from fitness.simulator.perf.model import prepare

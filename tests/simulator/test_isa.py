@@ -5,19 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fitness.simulator.trace import (
-    ACT,
-    COPY,
-    GPSIMD,
-    MEMSET,
-    MM,
-    MM_TRANSPOSE,
-    RECIP,
-    RED,
-    TS,
-    TT,
-    TTS,
-)
+from fitness.simulator.trace import ACT, COPY, GPSIMD, MEMSET, MM, MM_TRANSPOSE, RECIP, RED, TS, TT, TTS
 
 from .helpers import instrs, nisa, nki, nl, rand, run
 from .test_language import apply, close

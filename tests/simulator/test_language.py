@@ -8,18 +8,7 @@ import pytest
 from scipy.special import erf, expit
 
 from fitness.simulator import run_kernel
-from fitness.simulator.trace import (
-    ACT,
-    COPY,
-    MEMSET,
-    MM,
-    MM_BCAST,
-    MM_TRANSPOSE,
-    PSUM,
-    RED,
-    TS,
-    TT,
-)
+from fitness.simulator.trace import ACT, COPY, MEMSET, MM, MM_BCAST, MM_TRANSPOSE, PSUM, RED, TS, TT
 
 from .helpers import instrs, nl, rand, run
 
