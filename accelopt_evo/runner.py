@@ -355,13 +355,14 @@ class Run:
         return Outcome(self.folder, best, stop, self.cfg.evaluation.target)
 
 
-def open_evaluator(cfg: Config, folder: RunFolder | None) -> Any:
+def open_evaluator(cfg: Config, folder: RunFolder | None, kernel_file: str = "") -> Any:
     """The evaluation service of a run (a context manager) with the held-out seeds its folder
-    records, or new ones for a one-off evaluation; tests may pass another factory."""
+    records, or new ones for a one-off evaluation (of the kernel read from `kernel_file`: a
+    module of the package it lies in); tests may pass another factory."""
     from fitness.executor import open_evaluator as open_executor
 
     recorded = read_heldout(folder.heldout) if folder else None
-    settings = config_mod.evaluation_settings(cfg, (recorded or new_heldout(cfg)).seeds)
+    settings = config_mod.evaluation_settings(cfg, (recorded or new_heldout(cfg)).seeds, kernel_file)
     with _evaluation_errors():   # the local pool or Ray (evaluation.executor)
         return open_executor(settings, run_dir=folder.root.resolve() if folder else None)
 
@@ -380,11 +381,12 @@ def _evaluation_errors() -> Iterator[None]:
     """What the evaluation service raises about the host, as one-line user errors."""
     from fitness.backends import BackendError
     from fitness.executor import ExecutorError
+    from fitness.sandbox.modules import ModulesError
     from fitness.simulator.perf.calibration import CalibrationError
 
     try:
         yield
-    except (BackendError, CalibrationError, ExecutorError, SealError) as exc:
+    except (BackendError, CalibrationError, ExecutorError, ModulesError, SealError) as exc:
         raise UserError(str(exc)) from None
 
 

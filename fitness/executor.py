@@ -408,7 +408,8 @@ def evaluate_task(job: dict[str, Any]) -> dict[str, Any]:
 
 def _judge(job: dict[str, Any], name: str, artifacts: dict[str, bytes]) -> EvalResult:
     spec, source = job["spec"], job["source"]
-    dialect, result = service.review(source, job["backend"], job["target"], job["host"])
+    dialect, result = service.review(source, job["backend"], job["target"], job["host"],
+                                     service.kernel_modules(job["settings"]))
     if result is None:
         launcher = _launcher(job, name)
         board, label = job["board"], job["label"]

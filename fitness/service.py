@@ -32,6 +32,7 @@ from fitness.correctness.seeds import SeedData
 from fitness.measures.roofline import lower_bound, percent_of_peak, roofline
 from fitness.sandbox import policy, process
 from fitness.sandbox.forkserver import ForkServer
+from fitness.sandbox.modules import KernelModules
 from fitness.sandbox.worker import FULL, LATENCY
 from fitness.simulator.dialect import Dialect
 from fitness.simulator.perf import calibration as calibration_mod
@@ -51,6 +52,7 @@ from .settings import EvalSettings
 NO_BASELINE = EvalResult(REJECTED, "the problem has no baseline kernel")
 # What the fork server imports once for every simulator kernel process.
 FORK_PRELOAD = ("numpy", "fitness.sandbox.worker", "fitness.sandbox.guard", "fitness.sandbox.policy",
+                "fitness.sandbox.modules",
                 "fitness.correctness.precision", "fitness.backends", "fitness.backends.simulator", "fitness.simulator",
                 "fitness.simulator.perf", "fitness.references", "nkibench.registry")
 
@@ -79,9 +81,23 @@ def calibration_of(settings: EvalSettings, backend: str) -> calibration_mod.Cali
 
 def check_settings(settings: EvalSettings) -> None:
     """Raise what opening an evaluator with `settings` would raise about this host (backend,
-    calibration), without starting anything."""
+    calibration, kernel paths), without starting anything."""
     name, _, _ = choose_backend(settings)
     calibration_of(settings, name)
+    kernel_modules(settings)
+
+
+@functools.lru_cache(maxsize=16)
+def _kernel_modules(kernel_file: str, kernel_paths: tuple[str, ...]) -> KernelModules:
+    if kernel_file:
+        return KernelModules.of_file(kernel_file, kernel_paths)
+    return KernelModules.with_paths(kernel_paths)
+
+
+def kernel_modules(settings: EvalSettings) -> KernelModules:
+    """Where the kernels of `settings` sit: the package of `kernel_file`, the libraries of
+    `kernel_paths` (fitness.sandbox.modules; ModulesError for a kernel path that is no folder)."""
+    return _kernel_modules(settings.kernel_file, tuple(settings.kernel_paths))
 
 
 class Evaluator:
@@ -102,6 +118,9 @@ class Evaluator:
             self.target = host.target   # the chip that measures, detected (choose checked it is the run's)
             workers = host.cores        # one evaluation per NeuronCore
         self._calibration = calibration_of(settings, name)
+        self._modules = kernel_modules(settings)
+        # what kernels may import decides their results: a digest of its files is in every key
+        self._modules_digest = self._modules.digest() if not self._modules.empty else ""
         self.run_dir = Path(run_dir) if run_dir else None
         # Entries of the run folder are sealed with the user's key, those of a shared cache
         # folder with the team's key file when one is set (fitness.seal).
@@ -298,10 +317,14 @@ class Evaluator:
     def _context(self) -> list[str] | None:
         """What besides backend and target decides a figure (fitness.cache.cache_key)."""
         if self._host is not None:
-            return [self._host.sdk_version, self._host.instance_type]
-        if self._calibration is not None:
-            return ["calibration", self._calibration.digest]
-        return None
+            context = [self._host.sdk_version, self._host.instance_type]
+        elif self._calibration is not None:
+            context = ["calibration", self._calibration.digest]
+        else:
+            context = []
+        if self._modules_digest:
+            context += ["kernel modules", self._modules_digest]
+        return context or None
 
     def _submit_raw(self, spec: ProblemSpec, source: str, key: str, stage: str, baseline: Future) -> Future:
         """The future of `_evaluate_raw`. A full judgement is held to its baseline's errors
@@ -378,7 +401,7 @@ class Evaluator:
 
     def _compute(self, spec: ProblemSpec, source: str, stage: str = FULL) -> EvalResult:
         """The static policy decides the source's dialect once; the result records it."""
-        dialect, result = review(source, self.backend, self.target, self._host)
+        dialect, result = review(source, self.backend, self.target, self._host, self._modules)
         if result is None:
             assert self._launcher is not None
             kid = kernel_id(source)
@@ -554,18 +577,23 @@ class KernelLauncher:
 HOSTNAME = socket.gethostname()
 
 
-def review(source: str, backend: str, target: str,
-           host: backends.NeuronHost | None) -> tuple[Dialect | None, EvalResult | None]:
-    """The static policy's verdict on a source: its dialect, and the result when the source
-    may not run (rejected, or a dialect the backend or target cannot run); None: judge it."""
+def review(source: str, backend: str, target: str, host: backends.NeuronHost | None,
+           modules: KernelModules | None = None) -> tuple[Dialect | None, EvalResult | None]:
+    """The static policy's verdict on a source (a module of `modules`' package, with its kernel
+    libraries): its dialect, and the result when the source may not run (rejected, or a dialect
+    the backend or target cannot run); None: judge it."""
+    modules = modules or KernelModules()
     try:
-        verdict = policy.review(source)
+        verdict = policy.review(source, guarded=backend == "simulator", **modules.policy_context())
     except SyntaxError as exc:
         return None, EvalResult(COMPILE_ERROR, policy.syntax_error_message(exc))
     if verdict.violations:
         return verdict.dialect, EvalResult(REJECTED, f"policy: {verdict.violations[0]}")
     refusal = (backends.dialect_refusal(backend, verdict.dialect, host)
                or backends.target_refusal(target, verdict.dialect))
+    if not refusal and verdict.kernel_imports and backend != "simulator":
+        refusal = (f"the kernel imports {verdict.kernel_imports[0]} (its package's or a kernel library's "
+                   f"modules): such kernels run on the simulator backend")
     return verdict.dialect, (EvalResult(COMPILE_ERROR, refusal) if refusal else None)
 
 
@@ -598,6 +626,7 @@ def judge_cases(spec: ProblemSpec, source: str, cases: Callable[[], list[Case]],
         tolerance = tolerances(problem, declared, len(seeds), settings.rel_tol, yardsticks)
         request = {
             "source": source, "problem": [spec.name, list(spec.params), spec.suite_dir],
+            "modules": kernel_modules(settings).to_json(),
             "backend": launcher.backend, "target": launcher.target,
             "options": launcher.options, "stage": stage,
             "outputs": [{"shape": list(shape), "dtype": arrays.dtype_name(d)}

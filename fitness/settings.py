@@ -43,6 +43,14 @@ class EvalSettings:
     # "ray://host:port" joins a running cluster.
     executor: str = "local"
     ray_address: str = ""
+    # Folders a kernel may import kernel libraries from: their packages and top-level modules
+    # (`import nkilib.core.utils.allocator` with the folder holding nkilib/), run by the kernel
+    # process under the same policy (fitness.sandbox.modules); relative to the current folder.
+    kernel_paths: tuple[str, ...] = ()
+    # The file the evaluated kernels were read from (`eval`, not a configuration setting): a
+    # kernel file inside a package is that package's module, so that its relative imports
+    # resolve ("" = none).
+    kernel_file: str = ""
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -57,3 +65,4 @@ class EvalSettings:
             raise ValueError("evaluation limits must be positive (memory_limit_mb >= 256, workers >= 1)")
         object.__setattr__(self, "seeds", tuple(int(s) for s in self.seeds))
         object.__setattr__(self, "heldout_seeds", tuple(int(s) for s in self.heldout_seeds))
+        object.__setattr__(self, "kernel_paths", tuple(str(p) for p in self.kernel_paths))

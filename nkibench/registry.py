@@ -7,6 +7,7 @@ import functools
 import importlib
 import pkgutil
 from pathlib import Path
+from typing import Any, Callable, Sequence
 
 from . import examples as _examples_pkg
 from . import problems as _problems_pkg
@@ -15,7 +16,8 @@ from .official import load_official, official_spec
 from .problem import DIALECT_NAMES, BuiltinProblem, Problem, ProblemError, ProblemSpec
 
 __all__ = ["BASELINES", "DIALECT_NAMES", "EXAMPLE_BASELINES", "NKI_BASELINES", "ProblemError", "baseline_dialects",
-           "baseline_path", "builtin_names", "example_names", "load", "make_spec", "own_dialect", "shape_names"]
+           "baseline_path", "builtin_names", "example_names", "kernel_inputs", "load", "make_spec", "own_dialect",
+           "shape_names"]
 
 
 BASELINES = Path(__file__).resolve().parent / "baselines"   # package data: the baseline kernels
@@ -112,6 +114,15 @@ def make_spec(name: str, shape: str = "paper", params: dict[str, int] | None = N
         except ValueError as e:
             raise ProblemError(f"problem '{name}' cannot take shape {values}: {e}") from None
     return ProblemSpec.make(name, values, dialect=dialect)
+
+
+def kernel_inputs(spec: ProblemSpec) -> Callable[[Sequence[Any]], list[Any]]:
+    """What builds the kernel's arguments from a seed's reference inputs (in a kernel process):
+    the problem's `to_kernel_inputs`, or, for a PyTorch reference whose kernel takes its inputs
+    as drawn, the inputs themselves, without executing the reference (and importing torch)."""
+    if spec.suite_dir and user.is_problem_folder(spec.suite_dir) and user.kernel_inputs_as_drawn(spec.suite_dir):
+        return list
+    return load(spec).to_kernel_inputs
 
 
 @functools.lru_cache(maxsize=64)

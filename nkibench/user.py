@@ -31,9 +31,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from . import torch_reference
 from .families import DERIVED_NAMES, STANDARD, Family
 from .official import DEFAULT_TOLERANCE, OfficialProblem, SuiteError, exec_reference
-from .problem import Counts, ProblemSpec, as_tuple
+from .problem import Counts, ProblemSpec, as_tuple, reshape_like
+from .torch_reference import TorchReference
 
 REFERENCE_FILE, BASELINE_FILE, META_FILE = "reference.py", "baseline.py", "problem.json"
 COUNTING_SEED = 0
@@ -135,8 +137,9 @@ def check_overrides(text: str, overrides: dict[str, int], path: str) -> dict[str
     return values
 
 
-def _module(folder: Path, params: dict[str, int]) -> ModuleType:
-    """The reference module executed with its shape constants set to `params`."""
+def _module(folder: Path, params: dict[str, int]) -> ModuleType | TorchReference:
+    """The reference module executed with its shape constants set to `params` (a PyTorch
+    reference wrapped so that it takes and gives NumPy, nkibench.torch_reference)."""
     path = folder / REFERENCE_FILE
     try:
         text = path.read_text()
@@ -146,8 +149,23 @@ def _module(folder: Path, params: dict[str, int]) -> ModuleType:
     for name, node in _constant_nodes(tree).items():
         if name in params:
             node.value = params[name]
+    uses_torch = torch_reference.imports_torch(text)
+    if uses_torch and not torch_reference.torch_available():
+        raise UserProblemError(torch_reference.missing_torch(path))
     name = "_accelopt_user_reference_" + folder.name.replace("-", "_")
-    return exec_reference(path, name, compile(tree, str(path), "exec"), UserProblemError)
+    module = exec_reference(path, name, compile(tree, str(path), "exec"), UserProblemError)
+    return TorchReference(module) if uses_torch else module
+
+
+def kernel_inputs_as_drawn(folder: str | Path) -> bool:
+    """Whether the kernel of a stored problem takes the reference's inputs as they are, known
+    without executing the reference: a PyTorch reference that does not name
+    transform_to_nki_inputs (the kernel process then need not import torch for its arguments)."""
+    try:
+        text = (Path(folder) / REFERENCE_FILE).read_text()
+    except OSError:
+        return False
+    return torch_reference.imports_torch(text) and "transform_to_nki_inputs" not in text
 
 
 def spec(folder: str | Path, overrides: dict[str, int] | None = None) -> ProblemSpec:
@@ -325,7 +343,12 @@ class UserProblem(OfficialProblem):
         inputs = self.make_inputs(COUNTING_SEED)
         self._check_dtypes("get_inputs() returned", inputs)
         try:   # one run on the inputs as drawn: its outputs have the dtypes a kernel must return
-            work, outs = count_work(self.module.forward, inputs)
+            if isinstance(self.module, TorchReference):
+                work = Work()
+                outs = tuple(np.asarray(o) for o in as_tuple(torch_reference.count_work(self.module.forward, inputs,
+                                                                                        work)))
+            else:
+                work, outs = count_work(self.module.forward, inputs)
         except Exception as exc:
             raise UserProblemError(f"reference module {self.reference_path}: forward() raised "
                                    f"{type(exc).__name__}: {exc}") from None
@@ -359,6 +382,19 @@ class UserProblem(OfficialProblem):
     @property
     def output_dtypes(self) -> tuple[np.dtype, ...]:
         return self._work[3]
+
+    def from_kernel_outputs(self, raw: Any, reference_out: tuple[np.ndarray, ...]) -> list[np.ndarray]:
+        """As an official problem's, and a result given as a dict (by `transform_nki_outputs`, or
+        by a kernel) matched to the outputs of a PyTorch reference's dict by name."""
+        if callable(getattr(self.module, "transform_nki_outputs", None)):
+            ref = reference_out[0] if len(reference_out) == 1 else reference_out
+            raw = self._call("transform_nki_outputs", raw, ref)
+        if isinstance(raw, dict):
+            if not isinstance(self.module, TorchReference):
+                raise ValueError("the kernel's outputs are a dict; a NumPy reference's are matched by position")
+            self._work   # noqa: B018 - forward has run once: the names of its outputs are known
+            raw = self.module.by_name(raw)
+        return reshape_like(raw, reference_out)
 
     def tolerance_for(self, dtype: np.dtype) -> float:
         if self.declared_tolerance is not None:

@@ -1,4 +1,4 @@
-"""`python -m accelopt_evo` / `accelopt-evo`: run, resume, eval, problems, report, serve,
+"""`python -m accelopt_evo` / `accelopt-evo`: run, resume, eval, check, problems, report, serve,
 model-check, doctor, measure, calibrate.
 
 Every error a user can cause ends with one line on stderr and exit status 2.
@@ -119,6 +119,15 @@ def build_parser() -> argparse.ArgumentParser:
     _target_flags(ev)
     _config_flags(ev)
 
+    chk = sub.add_parser("check", help="whether kernel files load in the emulator (no kernel runs), and the NKI "
+                                       "names they use that it lacks")
+    chk.add_argument("paths", nargs="+", metavar="PATH", help="kernel files, or folders (every .py under them)")
+    chk.add_argument("--target", choices=config_mod.TARGETS,
+                     help="the target whose dialects the files must be in; files importing no NKI module take its "
+                          "default dialect (default: evaluation.target, trn1)")
+    chk.add_argument("--json", action="store_true", help="print a JSON list with an object per file")
+    _config_flags(chk)
+
     probs = sub.add_parser("problems", help="list the benchmark problems")
     probs.add_argument("--suite-dir", metavar="PATH", help="a folder in the official NKIBench layout")
     probs.add_argument("--json", action="store_true", help="print a JSON list")
@@ -134,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     mc = sub.add_parser("model-check", help="compare the performance model with hardware measurements")
     mc.add_argument("--measurements", required=True, metavar="FILE.json",
-                    help="NKIBench measurements (cases) or kernel variants (points)")
+                    help="NKIBench measurements (cases), kernel variants (points) or a series of versions (p50_us)")
     mc.add_argument("--suite-dir", metavar="PATH",
                     help="NKIBench folder: its kernels (default: beside FILE), variants' references")
     mc.add_argument("--trace-cache", metavar="DIR", help="keep emulator traces in DIR")
@@ -309,7 +318,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             source = select(source, function)
         except EntryError as exc:
             raise UserError(f"{path}: {exc}") from None
-    result = _evaluate(args, source)
+    result = _evaluate(args, source, str(path.resolve()))
     if args.json:
         print(json.dumps(result.to_dict(), sort_keys=True))
     else:
@@ -317,8 +326,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _evaluate(args: argparse.Namespace, source: str) -> Any:
-    """`eval`'s one evaluation (a reference of the user's staged in a scratch folder)."""
+def _evaluate(args: argparse.Namespace, source: str, kernel_file: str = "") -> Any:
+    """`eval`'s one evaluation (a reference of the user's staged in a scratch folder) of a kernel
+    read from `kernel_file` (a module of the package it lies in)."""
     from accelopt_evo.run.user_problems import scratch
     from accelopt_evo.runner import check_problems, open_evaluator
     from fitness.references import ReferenceError as ReferenceFailure
@@ -335,7 +345,7 @@ def _evaluate(args: argparse.Namespace, source: str) -> Any:
     cfg = _resolve(args, _target_overrides(args, overrides))
     with scratch(cfg, dialect=_dialect_or_legacy(source) if args.reference else "legacy") as (staged, base):
         (problem,) = check_problems(staged, base)
-        with open_evaluator(cfg, None) as evaluator:
+        with open_evaluator(cfg, None, kernel_file) as evaluator:
             try:
                 return evaluator.evaluate(problem.spec, source)
             except ReferenceFailure as exc:
@@ -367,6 +377,16 @@ def _describe_result(r: Any, has_baseline: bool = True) -> str:
     if r.profile.get("bottleneck"):
         lines.append(str(r.profile["bottleneck"]))
     return "\n".join(lines)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """Exit 0 when every file loads, 1 when one does not (its line says why)."""
+    from .check import run_check
+
+    overrides: dict[str, Any] = {"evaluation": {"target": args.target}} if args.target else {}
+    cfg = _resolve(args, overrides)
+    e = cfg.evaluation
+    return run_check(args.paths, e.target, e.kernel_paths, e.timeout_s, e.memory_limit_mb, args.json)
 
 
 def cmd_problems(args: argparse.Namespace) -> int:
@@ -476,7 +496,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 0 if diagnosis.can_run else 1
 
 
-COMMANDS = {"run": cmd_run, "resume": cmd_resume, "eval": cmd_eval, "problems": cmd_problems,
+COMMANDS = {"run": cmd_run, "resume": cmd_resume, "eval": cmd_eval, "check": cmd_check, "problems": cmd_problems,
             "report": cmd_report, "serve": cmd_serve, "model-check": cmd_model_check, "doctor": cmd_doctor,
             "measure": cmd_measure, "calibrate": cmd_calibrate}
 

@@ -74,6 +74,7 @@ LATER_DEFAULTS = {"run.dialect": "auto", "run.mode": "generational", "run.max_in
                   "selection.strategy": MU_PLUS_LAMBDA, "selection.islands": 4, "selection.migration_interval": 3,
                   "selection.migrants": 1, "selection.topology": RING, "selection.dma_bins": 4,
                   "variation.novelty": 0.0, "evaluation.cache_key_file": EvalSettings.cache_key_file,
+                  "evaluation.kernel_paths": list(EvalSettings.kernel_paths),
                   **LLM_LATER_DEFAULTS}
 # What a run folder written before a setting existed ran with (resumed as it ran).
 # (The release before held-out records derived its held-out seeds from run.seed.)
@@ -239,7 +240,7 @@ class LLMSection(_section("_LLMFields", LLMSettings, "", skip=("roles",))):
 
 
 @dataclass
-class EvaluationSection(_section("_EvalFields", EvalSettings, "", skip=("heldout_seeds",))):
+class EvaluationSection(_section("_EvalFields", EvalSettings, "", skip=("heldout_seeds", "kernel_file"))):
     """[evaluation]: the fields of fitness.settings.EvalSettings, but held-out seeds as a count
     and a mode (the run turns them into values that no configuration file shows)."""
 
@@ -463,6 +464,8 @@ def _check(cfg: Config) -> Config:
     need(e.timeout_s > 0, "evaluation.timeout_s", "must be > 0")
     need(e.memory_limit_mb >= 256, "evaluation.memory_limit_mb", "must be >= 256")
     need(e.workers >= 1, "evaluation.workers", "must be >= 1")
+    missing = [p for p in e.kernel_paths if not Path(p).expanduser().is_dir()]
+    need(not missing, "evaluation.kernel_paths", f"'{missing[0] if missing else ''}' is not a folder")
     try:  # whatever else the evaluation service refuses, in its own words
         evaluation_settings(cfg)
     except (TypeError, ValueError) as exc:
@@ -470,11 +473,15 @@ def _check(cfg: Config) -> Config:
     return cfg
 
 
-def evaluation_settings(cfg: Config, heldout: tuple[int, ...] = ()) -> EvalSettings:
-    """The evaluation service's settings of a config, given the run's held-out seed values."""
+def evaluation_settings(cfg: Config, heldout: tuple[int, ...] = (), kernel_file: str = "") -> EvalSettings:
+    """The evaluation service's settings of a config, given the run's held-out seed values (and
+    the file an `eval`'d kernel was read from)."""
     e = cfg.evaluation
-    names = [f.name for f in dataclasses.fields(EvalSettings) if f.name != "heldout_seeds"]
-    return EvalSettings(**{n: getattr(e, n) for n in names}, heldout_seeds=heldout)
+    names = [f.name for f in dataclasses.fields(EvalSettings) if f.name not in ("heldout_seeds", "kernel_file")]
+    values = {n: getattr(e, n) for n in names}
+    # absolute, so that every process (a kernel process, a Ray worker) finds the same folders
+    values["kernel_paths"] = [str(Path(p).expanduser().resolve()) for p in e.kernel_paths]
+    return EvalSettings(**values, heldout_seeds=heldout, kernel_file=kernel_file)
 
 
 # --------------------------------------------------------------------------------------------

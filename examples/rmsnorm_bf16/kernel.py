@@ -36,7 +36,7 @@ def rmsnorm(x, w):
             nisa.tensor_tensor(dst=squares, data1=x_tile, data2=x_tile, op=nl.multiply)
             nisa.tensor_reduce(dst=sums, op=nl.add, data=squares, axis=1)
         else:
-            nisa.activation(dst=squares, op=nl.square, data=x_tile, reduce_op=nl.add, reduce_res=sums)
+            nisa.activation_reduce(dst=squares, op=nl.square, data=x_tile, reduce_op=nl.add, reduce_res=sums)
         inv_rms = nl.ndarray((rows, 1), dtype=f32, buffer=nl.sbuf)
         nisa.activation(dst=inv_rms, op=nl.rsqrt, data=sums, scale=1.0 / D, bias=1e-6)
         y = nl.ndarray((rows, D), dtype=x.dtype, buffer=nl.sbuf)

@@ -43,16 +43,20 @@ class SimulatorRunner:
         self._run_kernel = run_kernel
         self._placeholders = placeholders
         self._estimate = estimate
+        # What loads the kernel module (fitness.simulator.runner.Loader): the kernel process sets
+        # the kernel's modules with their run-time guards (fitness.sandbox.modules); None: plain.
+        self.loader: Any = None
 
     def run(self, source: str, args: list[Any]) -> tuple[Any, Any]:
-        result = self._run_kernel(source, args, filename=KERNEL_FILE, kernel_name="kernel")
+        result = self._run_kernel(source, args, filename=KERNEL_FILE, kernel_name="kernel", loader=self.loader,
+                                  target=self.target)
         check_target_dtypes(result.trace, self.target)
         return result.outputs, result.trace
 
     def trace(self, source: str, args: list[Any]) -> Any:
         """The kernel's trace without data (shape-only), on the shapes and dtypes of `args`."""
         trace = self._run_kernel(source, self._placeholders(args), filename=KERNEL_FILE, kernel_name="kernel",
-                                 shape_only=True).trace
+                                 shape_only=True, loader=self.loader, target=self.target).trace
         check_target_dtypes(trace, self.target)
         return trace
 

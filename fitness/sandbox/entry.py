@@ -51,7 +51,8 @@ def select(source: str, function: str) -> str:
     if function not in functions:
         raise EntryError(f"the kernel file defines no function '{function}' (its functions: "
                          f"{', '.join(functions) or 'none'})")
-    keep: set[int] = set()
+    # `from __future__ import annotations` changes how the whole module compiles: always kept
+    keep: set[int] = {id(n) for n in tree.body if isinstance(n, ast.ImportFrom) and n.module == "__future__"}
     todo = [n for n in binders[function] if isinstance(n, ast.FunctionDef)]
     while todo:
         node = todo.pop()

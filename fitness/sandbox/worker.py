@@ -73,10 +73,12 @@ def main() -> None:
 
 def evaluate(request: dict[str, Any], send: Send, started: float) -> None:
     from . import guard, policy
+    from .modules import KernelModules, Loader
 
     source = request["source"]
+    modules = KernelModules.from_json(request.get("modules"))
     try:
-        violations = policy.check(source)
+        violations = policy.check(source, guarded=request["backend"] == "simulator", **modules.policy_context())
     except SyntaxError as exc:
         send(event="failed", status="compile_error", message=policy.syntax_error_message(exc))
         return
@@ -87,13 +89,16 @@ def evaluate(request: dict[str, Any], send: Send, started: float) -> None:
     from fitness.backends import load_runner
     from fitness.correctness.seeds import load_input
     from nkibench.problem import ProblemSpec
-    from nkibench.registry import load
+    from nkibench.registry import kernel_inputs
 
     name, params, suite_dir = request["problem"]
-    problem = load(ProblemSpec(name, tuple((k, v) for k, v in params), suite_dir))
+    to_kernel_inputs = kernel_inputs(ProblemSpec(name, tuple((k, v) for k, v in params), suite_dir))
     runner = load_runner(request["backend"], request["target"], request.get("options", {}))
     cases = request["cases"]
-    readable_dirs = guard.python_roots() + [str(_REPO / "fitness"), str(_REPO / "nkibench")]
+    if hasattr(runner, "loader"):   # the simulator: the kernel's modules, loaded with the run-time guards
+        runner.loader = Loader(modules)
+    # the kernel's own package folder and the kernel paths, which its imports read
+    readable_dirs = guard.python_roots() + [str(_REPO / "fitness"), str(_REPO / "nkibench")] + modules.readable_dirs()
     if suite_dir:
         readable_dirs.append(suite_dir)
     guard.install([p for case in cases for p in case["inputs"] if isinstance(p, str)], readable_dirs, Path.cwd(),
@@ -114,7 +119,7 @@ def evaluate(request: dict[str, Any], send: Send, started: float) -> None:
     measured: tuple[float, dict[str, Any]] | None = None
     if hasattr(runner, "trace"):
         inputs = [load_input(entry) for entry in cases[0]["inputs"]]
-        args = problem.to_kernel_inputs(inputs)
+        args = to_kernel_inputs(inputs)
         del inputs
         try:
             tracing = time.monotonic()
@@ -141,7 +146,7 @@ def evaluate(request: dict[str, Any], send: Send, started: float) -> None:
         return
     for k, case in enumerate(cases):
         inputs = [load_input(entry) for entry in case["inputs"]]
-        args = problem.to_kernel_inputs(inputs)
+        args = to_kernel_inputs(inputs)
         try:
             raw, trace = runner.run(source, args)
         except BaseException as exc:
@@ -281,6 +286,10 @@ def classify(exc: BaseException, memory_mb: int | None = None) -> tuple[str, str
     for e in chain:
         if isinstance(e, SandboxViolation):
             return "rejected", str(e)
+    refused = getattr(sys.modules.get("fitness.sandbox.modules"), "KernelPolicyError", ())
+    for e in chain:
+        if isinstance(e, refused):   # what the policy refuses in a module of the kernel, or at run time
+            return "rejected", _short(f"policy: {e}")
     for e in chain:
         if isinstance(e, MemoryError):
             limit = f" (limit {memory_mb} MB)" if memory_mb else ""

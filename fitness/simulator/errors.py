@@ -109,6 +109,20 @@ class SbufPartitionOverflowError(NkiError):
     code = "err_stack_overflow_sbuf"
 
 
+class SbufCapacityError(NkiError):
+    """The SBUF tiles a kernel keeps live at once need more bytes per partition than the
+    target's SBUF leaves to kernels: the compiler's allocator cannot place them."""
+
+    code = "err_sbuf_capacity"
+
+
+class PsumCapacityError(NkiError):
+    """The PSUM tiles a kernel keeps live at once need more banks than the target's PSUM has
+    (8 banks of 2 KiB per partition: at most 8 accumulation tiles at a time)."""
+
+    code = "err_psum_capacity"
+
+
 class MaxDimensionError(NkiError):
     """A parameter has more dimensions than the API supports."""
 
@@ -291,6 +305,56 @@ class ApiOutsideKernelError(NkiError):
     code = "err_nki_api_outside_of_nki_kernel"
 
 
+# --- direct allocation (ncc.sbuf / ncc.psum alloc and mod_alloc) ---------------------------
+
+class DirectAllocationError(NkiError):
+    """A direct allocation the compiler refuses: an address outside SBUF's usable bytes or
+    PSUM's banks, a start partition the ISA does not allow, parameters the current release
+    fixes (PSUM `base_addr`, `base_partition`), automatic and direct allocation mixed in one
+    kernel, or a non-IO HBM tensor in an allocated kernel (NKI Direct Allocation Developer
+    Guide, "Common Errors" and "Known Limitations")."""
+
+    code = "err_direct_allocation"
+
+
+class LifetimeConflictError(NkiError):
+    """A logical tile of a directly allocated tensor was read (or accumulated into) after
+    another tile placed on the same SBUF/PSUM bytes overwrote them: on hardware the kernel
+    computes on the other tile's data ("Lifetime Conflicts" in the Direct Allocation guide;
+    for PSUM accumulation the compiler's "[SCH713] Violation of accumulation group
+    interleaving")."""
+
+    code = "err_lifetime_conflict"
+
+
+class AllocatedInitValueError(NkiError):
+    """`nl.zeros`/`nl.full`/... with a direct allocation."""
+
+    code = "err_tensor_creation_on_scratchpad_with_init_value_not_supported"
+
+
+class AllocatedBiasError(NkiError):
+    """An activation without a bias tensor (or an nl function lowered to one) in an allocated
+    kernel."""
+
+    code = "err_bias_tensor_must_be_specified_in_allocation"
+
+
+class AllocatedTransposeError(NkiError):
+    """`nisa.nc_transpose` on TensorE or `nl.matmul` without `transpose_x=True` in an
+    allocated kernel: both need an identity matrix the compiler allocates itself."""
+
+    code = "err_transpose_on_tensor_engine_not_allowed_in_allocated_kernel"
+
+
+class AccumulatorStateError(NkiError):
+    """An instruction reads or continues the state of an engine's accumulator registers
+    (`reduce_cmd=idle` with `reduce_res`, or `reduce_cmd=reduce`) that no earlier instruction
+    of the kernel has reset: the registers hold whatever an earlier program left there."""
+
+    code = "err_accumulator_not_initialized"
+
+
 # --- the current (`import nki`) dialect ------------------------------------------------------
 
 class LegacyConstructError(NkiError):
@@ -312,6 +376,14 @@ class EngineError(NkiError):
     cannot run it."""
 
     code = "err_invalid_engine"
+
+
+class DeviceUnsupportedError(NkiError):
+    """A construct the documentation says fails on the device (the NKI release notes' known
+    limitations: `nl.divide`, `nl.power` with a scalar exponent, `nl.copy` across buffers); the
+    message is the documented one, with its workaround."""
+
+    code = "err_unsupported_on_device"
 
 
 # --- emulator-specific --------------------------------------------------------------------

@@ -19,12 +19,14 @@ from typing import Any
 
 from . import dialect as D
 from .core import launch
+from .core.capacity import Capacity
 from .core.launch import KernelRun, ShapeDtype, placeholders
 from .core.runtime import FrontEnd, if_body
 from .current import shim as current_shim
 from .legacy import shim as legacy_shim
 
-__all__ = ["KernelRun", "ShapeDtype", "frontend", "install", "load_kernel", "placeholders", "run_kernel", "simulate"]
+__all__ = ["KERNEL_MODULE", "KernelRun", "Loader", "ShapeDtype", "capacity", "compile_module", "frontend", "install",
+           "load_kernel", "module_namespace", "placeholders", "run_kernel", "simulate"]
 
 FRONTENDS: dict[str, FrontEnd] = {"legacy": legacy_shim.FRONTEND, "current": current_shim.FRONTEND}
 
@@ -43,21 +45,57 @@ def install(dialect: D.Dialect | None = None) -> None:
         frontend(name).install()
 
 
-def load_kernel(source: str, filename: str = "kernel.py", kernel_name: str = "kernel",
-                dialect: D.Dialect | None = None) -> Callable:
-    """Compile a kernel module from source and return its kernel function. `dialect`: the
-    source's NKI dialect (detected from its imports when None). Python `range` inside the
-    module becomes the dialect's loop while a kernel runs."""
-    fe = frontend(dialect or D.detect(source))
-    fe.install()
+# The module name of a kernel that is a file of its own (a kernel of a package has its dotted name).
+KERNEL_MODULE = "__nki_kernel__"
+# What loads a kernel module for `load_kernel`: (source, filename, dialect) -> the namespace the
+# module was executed in (fitness.sandbox.modules: a kernel with its package and guards).
+Loader = Callable[[str, str, D.Dialect], dict]
+
+
+def compile_module(source: str, filename: str, dialect: D.Dialect,
+                   transform: Callable[[ast.Module], ast.Module] | None = None) -> Any:
+    """The code object of a kernel module of `dialect`: its if/else bodies scoped as the dialect's
+    loop rules require, after `transform` (a further rewrite of its syntax tree); its lines are
+    registered for tracebacks."""
+    fe = frontend(dialect)
     tree = ast.parse(source, filename)
+    if transform is not None:
+        tree = transform(tree)
     if fe.loop_rules:
         tree = _IfBodies().visit(tree)
     code = compile(tree, filename, "exec", dont_inherit=True)   # not this module's __future__ flags
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    namespace: dict[str, Any] = {"__name__": "__nki_kernel__", "__file__": filename,
-                                 "__builtins__": builtins, **fe.kernel_globals, IF_BODY_NAME: if_body}
-    exec(code, namespace)
+    return code
+
+
+def module_namespace(dialect: D.Dialect, name: str = KERNEL_MODULE, filename: str = "kernel.py",
+                     builtins_: Any = builtins, namespace: dict | None = None) -> dict:
+    """The globals a kernel module of `dialect` runs in (`namespace`, filled in, or a new dict):
+    its name and file, `builtins_`, and the names the dialect's kernels see instead of the builtin
+    ones (Python `range` as the dialect's loop)."""
+    fe = frontend(dialect)
+    out = {} if namespace is None else namespace
+    out.update({"__name__": name, "__file__": filename, "__builtins__": builtins_, **fe.kernel_globals,
+                IF_BODY_NAME: if_body})
+    if "." in name:
+        out["__package__"] = name.rpartition(".")[0]
+    return out
+
+
+def load_kernel(source: str, filename: str = "kernel.py", kernel_name: str = "kernel",
+                dialect: D.Dialect | None = None, loader: Loader | None = None) -> Callable:
+    """Compile a kernel module from source and return its kernel function. `dialect`: the
+    source's NKI dialect (detected from its imports when None). Python `range` inside the
+    module becomes the dialect's loop while a kernel runs. `loader`: what executes the module
+    (its imports and guards; default: plain execution)."""
+    dialect = dialect or D.detect(source)
+    fe = frontend(dialect)
+    fe.install()
+    if loader is None:
+        namespace = module_namespace(dialect, filename=filename)
+        exec(compile_module(source, filename, dialect), namespace)
+    else:
+        namespace = loader(source, filename, dialect)
     obj = namespace.get(kernel_name)
     if obj is None:
         raise NameError(f"{filename} defines no kernel function named '{kernel_name}'")
@@ -88,18 +126,43 @@ class _IfBodies(ast.NodeTransformer):
         return ast.fix_missing_locations(ast.copy_location(ast.With(items=[ast.withitem(call)], body=body), body[0]))
 
 
+_CAPACITIES: dict[tuple[str, bool], Capacity] = {}
+
+
+def capacity(target: str | None, spills: bool = True) -> Capacity:
+    """The SBUF/PSUM capacity of `target` ("trn1", "trn2", "trn3"; None: trn1) from its
+    hardware description (`perf.hardware`), as the core checks kernels against it. `spills`:
+    tiles live at once beyond it are spilled, as the compiler does (False: refused)."""
+    key = (target or "trn1", spills)
+    cap = _CAPACITIES.get(key)
+    if cap is None:
+        from .perf.hardware import hardware
+        hw = hardware(key[0])
+        cap = _CAPACITIES[key] = Capacity(
+            target=hw.name, partitions=hw.partitions, sbuf_partition_bytes=hw.sbuf_bytes_per_partition,
+            sbuf_usable_bytes=hw.sbuf_usable_bytes_per_partition, psum_bank_bytes=hw.psum_bank_bytes,
+            psum_banks=hw.psum_banks, spills=spills)
+    return cap
+
+
 def run_kernel(source: str, args: Sequence, *, filename: str = "kernel.py", kernel_name: str = "kernel",
-               shape_only: bool = False, kwargs: dict | None = None, dialect: D.Dialect | None = None) -> KernelRun:
+               shape_only: bool = False, kwargs: dict | None = None, dialect: D.Dialect | None = None,
+               loader: Loader | None = None, target: str | None = None, spills: bool = True) -> KernelRun:
     """Compile `source`, call `kernel_name` on `args` (NumPy arrays become HBM inputs; in
-    shape-only mode ShapeDtype placeholders work too) and return outputs and trace."""
+    shape-only mode ShapeDtype placeholders work too) and return outputs and trace. `loader`:
+    see `load_kernel`. `target`: the chip whose SBUF/PSUM capacity the kernel must fit
+    (None: trn1); `spills`: see `capacity`."""
     dialect = dialect or D.detect(source)
-    fn = load_kernel(source, filename, kernel_name, dialect)
+    fn = load_kernel(source, filename, kernel_name, dialect, loader)
     key = (source, filename, kernel_name, launch.signature(args), launch.signature(sorted((kwargs or {}).items())))
-    return launch.simulate(frontend(dialect), fn, args, kwargs, shape_only=shape_only, plan_key=key)
+    return launch.simulate(frontend(dialect), fn, args, kwargs, shape_only=shape_only, plan_key=key,
+                           capacity=capacity(target, spills))
 
 
 def simulate(fn: Callable, args: Sequence, kwargs: dict | None = None, *, shape_only: bool = False,
-             release: bool | None = None, plan_key=None, dialect: D.Dialect = "legacy") -> KernelRun:
-    """Execute kernel function `fn` of `dialect` on the emulator (see `core.launch.simulate`)."""
+             release: bool | None = None, plan_key=None, dialect: D.Dialect = "legacy",
+             target: str | None = None, spills: bool = True) -> KernelRun:
+    """Execute kernel function `fn` of `dialect` on the emulator (see `core.launch.simulate`),
+    checked against `target`'s SBUF/PSUM capacity (None: trn1; `spills`: see `capacity`)."""
     return launch.simulate(frontend(dialect), fn, args, kwargs, shape_only=shape_only, release=release,
-                           plan_key=plan_key)
+                           plan_key=plan_key, capacity=capacity(target, spills))

@@ -96,6 +96,18 @@ class DmaInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class Placement:
+    """Where direct allocation (`ncc.sbuf.alloc`/`mod_alloc`, `ncc.psum.alloc`/`mod_alloc`) put
+    a tensor: per logical tile (block index, `()` without block dims), the physical tile's
+    first partition and byte address in its memory's per-partition space (PSUM: 2 KiB per
+    bank, so bank b starts at b * 2048). Logical tiles of one tensor or of several that map
+    to the same addresses share those bytes."""
+
+    memory: str                  # SBUF or PSUM
+    tiles: dict                  # block index -> (start partition, byte address)
+
+
+@dataclass(frozen=True, slots=True)
 class Loop:
     id: int
     kind: str                    # "affine", "sequential", "static", "range"
@@ -144,6 +156,14 @@ class Trace:
     # current ones through the NKI compiler (perf/compiler.py applies the former's effects
     # only). A class-level default, so that traces pickled before the field load as legacy.
     dialect: str = "legacy"
+    # What the kernel asked of the compiler (legacy dialect): decorator flags such as
+    # "skip_middle_end_transformations" (perf/compiler.py applies no middle-end effect then).
+    options: tuple[str, ...] = ()
+    # Loop id -> the names of its `directives=` ("no_reorder"); None: no loop has any.
+    loop_directives: dict[int, tuple[str, ...]] | None = None
+    # Tensor id -> its direct allocation; None: every tensor is allocated by the compiler.
+    # (Class-level defaults, like `dialect`: traces pickled before these fields load as such.)
+    placements: dict[int, Placement] | None = None
 
     def memory_of(self, tensor_id: int) -> str:
         return self.tensors[tensor_id].memory

@@ -41,11 +41,11 @@ def kernel(x):
 """
 
 READ_API_KEY = HEADER + """
-import os
+import posix
 
 @nki.jit
 def kernel(x):
-    key = os.environ.get("OPENAI_API_KEY", "")
+    key = posix.environ.get(b"OPENAI_API_KEY", b"")   # (`os.environ` is an empty stand-in)
     return x
 """
 

@@ -106,7 +106,7 @@ def test_ap_patterns_stay_inside_the_tensor_and_its_partitions():
 
 @pytest.mark.parametrize("body,needle", [
     ("nl.while_loop(None, lambda r: r)", "nl.while_loop"),
-    ("nl.fori_loop(0, nisa.register_alloc(), lambda i: None)", "nki.isa.register_alloc"),
+    ("nl.fori_loop(0, nisa.register_alloc(), lambda i: None)", "bounds held in registers"),
     (SB + "v = t.view(nl.uint8)", "t.view(uint8)"),
 ])
 def test_unsupported_constructs_are_refused_in_one_line(body, needle):
@@ -114,18 +114,31 @@ def test_unsupported_constructs_are_refused_in_one_line(body, needle):
     assert "\n" not in str(e)
 
 
-def test_two_logical_cores_are_refused():
+def test_a_two_core_launch_runs_both_programs_and_three_is_refused():
+    """kernel[2] (LNC2) runs programs 0 and 1 over the shared output (each adds its index to its
+    half); a logical core groups at
+    most two physical cores, so kernel[3] is refused."""
     from fitness.simulator import install_nki
     install_nki()
     import nki
+    import nki.isa as nisa
     import nki.language as nl
 
     @nki.jit
     def k(x):
-        return nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        half = x.shape[0] // nl.num_programs(0)
+        rows = nl.ds(nl.program_id(0) * half, half)
+        t = nl.ndarray((half, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[rows, :])
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.add, operand0=float(nl.program_id(0)))
+        nisa.dma_copy(dst=out[rows, :], src=t)
+        return out
 
-    with pytest.raises(errors.UnsupportedApiError, match=r"2 logical cores \(kernel\[2\]\)"):
-        k[2](X)
+    x = np.arange(128 * 64, dtype=np.float32).reshape(128, 64) / 8192
+    np.testing.assert_array_equal(k[2](x), x + (np.arange(128) >= 64)[:, None])
+    with pytest.raises(errors.UnsupportedApiError, match=r"at most 2 physical cores"):
+        k[3]
 
 
 def test_a_source_importing_both_dialects_is_refused():

@@ -87,8 +87,8 @@ def test_jit_kernel_called_directly_and_nested():
 def test_unsupported_names_raise_clearly():
     install_neuronxcc()
     import neuronxcc.nki.isa as nisa
-    with pytest.raises(errors.UnsupportedApiError, match="'neuronxcc.nki.isa.bn_stats' is not supported"):
-        _ = nisa.bn_stats
+    with pytest.raises(errors.UnsupportedApiError, match="'neuronxcc.nki.isa.builtin_custom_op' is not supported"):
+        _ = nisa.builtin_custom_op
     with pytest.raises(AttributeError):
         _ = nisa.__wrapped__   # dunder lookups stay ordinary AttributeErrors
 

@@ -19,21 +19,168 @@ from .tensor import NkiTensor
 from ..trace import GPSIMD_ENGINE, PSUM, SBUF, SCALAR, TS, TT, TTS, VECTOR
 
 
-def reduce_into(res: NkiTensor, reduce_op, reduce_res, line: int) -> None:
-    """Add-reduce (or `reduce_op`) an activation result along its free axes into `reduce_res`
-    (P, 1), as part of the activation instruction."""
+def reduce_into(res: NkiTensor, reduce_op, reduce_res, line: int, api: str = "nisa.activation") -> None:
+    """Add-reduce (or `reduce_op`) an instruction result along its free axes into `reduce_res`
+    (P, 1), as part of the instruction (activation's, tensor_scalar_reduce's)."""
     m = machine()
-    op = ops.reduce_name(reduce_op if reduce_op is not None else np.add, "nisa.activation")
-    dst = I.tile(reduce_res, "reduce_res", "nisa.activation")
-    E.check_vector_operand(dst, res._shape[0], "'reduce_res'", "nisa.activation", errors.BroadcastError)
-    T.check_bounds(dst)
-    ins = res._b.fresh.writers[-1][0]
-    ins.writes = ins.writes + (T.region(dst),)
+    op = ops.reduce_name(reduce_op if reduce_op is not None else np.add, api)
+    dst = _reduce_destination(res, reduce_res, api)
+    ins = _writer(res)
     ins.func = f"{ins.func},reduce-{op}"
-    m.note_write(dst._b, T.region(dst).box)
+    values = None
     if not m.shape_only:
         a = I.fp32(res)
-        T.write(dst, ops.REDUCE[op](a, axis=tuple(range(1, a.ndim)), keepdims=True).reshape(dst._shape))
+        active = _active(res)
+        if active is not None:
+            # a masked instruction computes its active elements only: the others add nothing,
+            # and a partition without any keeps what reduce_res held
+            a = np.where(active, a, np.float32(ops.REDUCE_IDENTITY.get(op, 0.0)))
+        values = ops.REDUCE[op](a, axis=tuple(range(1, a.ndim)), keepdims=True)
+        if active is not None:
+            rows = active.reshape(active.shape[0], -1).any(axis=1)
+            if not rows.all():
+                values = np.where(rows.reshape(values.shape), values, I.fp32(dst).reshape(values.shape))
+    _write_reduction(m, ins, dst, values)
+
+
+def _active(res: NkiTensor) -> np.ndarray | None:
+    """Which elements of fresh result `res` its (masked) instruction computed; None: all."""
+    f = res._b.fresh
+    if f is None or (f.box is None and f.where is None):
+        return None
+    if f.where is not None:
+        return np.broadcast_to(f.where, res._shape)
+    keep = np.zeros(res._shape, dtype=bool)
+    keep[tuple(slice(lo, hi) for lo, hi in f.box)] = True
+    return keep
+
+
+def _reduce_destination(res: NkiTensor, reduce_res, api: str) -> NkiTensor:
+    dst = I.tile(reduce_res, "reduce_res", api)
+    E.check_vector_operand(dst, res._shape[0], "'reduce_res'", api, errors.BroadcastError)
+    T.check_bounds(dst)
+    return dst
+
+
+def _writer(res: NkiTensor):
+    return res._b.fresh.writers[-1][0]
+
+
+def _write_reduction(m, ins, dst: NkiTensor, values) -> None:
+    """The instruction also writes (P, 1) `values` (None in shape-only runs) into `dst`."""
+    ins.writes = ins.writes + (T.region(dst),)
+    m.note_write(dst._b, T.region(dst).box)
+    if values is not None:
+        T.write(dst, np.asarray(values, dtype=np.float32).reshape(dst._shape))
+
+
+# --- ScalarE's accumulator registers (nisa.activation's reduce_cmd) -----------------------------------
+
+# `nisa.reduce_cmd` values (legacy nki.isa: idle 0, reset 1, reduce 2, reset_reduce 3).
+IDLE, RESET, REDUCE, RESET_REDUCE = 0, 1, 2, 3
+CMD_NAMES = {IDLE: "idle", RESET: "reset", REDUCE: "reduce", RESET_REDUCE: "reset_reduce"}
+
+
+class Accumulators:
+    """ScalarE's 128 reduction registers, one per partition ("shared between activation and
+    activation_accu calls"): their values (full-data runs) and which have been reset since the
+    kernel started (before that they hold what an earlier program left)."""
+
+    __slots__ = ("values", "ready")
+
+    def __init__(self, shape_only: bool):
+        self.values = None if shape_only else np.full(T.PMAX, np.nan, dtype=np.float32)
+        self.ready = np.zeros(T.PMAX, dtype=bool)
+
+
+def activation_accumulate(res: NkiTensor, reduce_op, reduce_res, cmd: int, line: int,
+                          api: str = "nisa.activation") -> None:
+    """The accumulator side of an activation instruction that produced `res` (nisa.activation,
+    legacy): `cmd` resets the registers of its partitions (to the reduce operator's identity:
+    zero for add), accumulates `reduce_op` of the result along its free axes into them (after a
+    reset for reset_reduce), or leaves them (idle); `reduce_res`, if given, then receives the
+    registers' values. The reduction is "done after the activation function is applied", at no
+    extra cost; reading the registers out costs a little (`func` gets `reduce-<op>` then, as
+    activation_reduce's has, and `accumulate-<op>` for an accumulation without read-out)."""
+    m = machine()
+    regs = m.state.get("scalar_accumulators")
+    if regs is None:
+        regs = m.state["scalar_accumulators"] = Accumulators(m.shape_only)
+    f = res._b.fresh
+    if cmd != IDLE and (f.box is not None or f.where is not None):
+        raise errors.UnsupportedApiError(
+            f"a masked '{api}' with reduce_cmd={CMD_NAMES[cmd]} is not supported by the emulator (which "
+            f"partitions' registers a mask leaves alone is not documented)")
+    P = res._shape[0]
+    ins = _writer(res)
+    op = None
+    if cmd in (REDUCE, RESET_REDUCE):
+        if reduce_op is None:
+            raise errors.OperandTypeError(
+                f"'{api}' with reduce_cmd={CMD_NAMES[cmd]} accumulates with reduce_op, which is not given "
+                f"(reduce_op=nl.add sums the activation's results)")
+        op = ops.reduce_name(reduce_op, api)
+    elif cmd == RESET and reduce_op is not None:
+        op = ops.reduce_name(reduce_op, api)
+    dst = _reduce_destination(res, reduce_res, api) if reduce_res is not None else None
+    if cmd == REDUCE and not regs.ready[:P].all():
+        raise errors.AccumulatorStateError(
+            f"'{api}' with reduce_cmd=reduce accumulates onto ScalarE's accumulator registers, which no earlier "
+            f"activation of this kernel has reset: start the accumulation with reduce_cmd=reset_reduce (or reset)")
+    if cmd == IDLE and dst is not None and not regs.ready[:P].all():
+        raise errors.AccumulatorStateError(
+            f"'{api}' with reduce_res and reduce_cmd=idle (the default) reads ScalarE's accumulator registers "
+            f"without using them, and no earlier activation of this kernel has set them: pass "
+            f"reduce_cmd=nisa.reduce_cmd.reset_reduce to reduce this instruction's results into reduce_res (or "
+            f"use nisa.activation_reduce)")
+    if cmd != IDLE:
+        regs.ready[:P] = True
+        if regs.values is not None:
+            if cmd == RESET:
+                regs.values[:P] = ops.REDUCE_IDENTITY.get(op or "add", 0.0)
+            else:
+                a = I.fp32(res)
+                red = ops.REDUCE[op](a.reshape(P, -1), axis=1)
+                regs.values[:P] = red if cmd == RESET_REDUCE else ops.ALU[op](regs.values[:P], red)
+    if dst is not None:
+        ins.func = f"{ins.func},reduce-{op or 'read'}"
+        _write_reduction(m, ins, dst, None if regs.values is None else regs.values[:P].reshape(P, 1))
+    elif cmd in (REDUCE, RESET_REDUCE):
+        ins.func = f"{ins.func},accumulate-{op}"
+
+
+def tensor_scalar_reduce(api: str, data, op0, operand0, reverse0: bool, reduce_op, reduce_res, dtype, mask,
+                         line: int) -> NkiTensor:
+    """`data op0 operand0` (one arithmetic operator, operand a scalar or a (P, 1) vector) on
+    VectorE, and `reduce_op` of that result along its free axes into `reduce_res` (P, 1), in
+    one instruction (legacy nisa.tensor_scalar_reduce)."""
+    if reverse0:
+        raise errors.UnsupportedOpError(
+            f"'reverse0' of '{api}' is not supported yet (the ISA documentation: operand0 is always the "
+            f"right-hand side of op0)")
+    name = ops.alu_name(op0, api, "op0")
+    if name not in ("add", "subtract", "multiply", "divide", "maximum", "minimum", "power", "mod", "abs_max"):
+        raise errors.UnsupportedOpError(
+            f"'op0' of '{api}' must be an arithmetic operator (nl.add, nl.subtract, nl.multiply, nl.maximum, ...), "
+            f"got '{name}'; bitvec and comparison operators are not supported")
+    rname = ops.alu_name(reduce_op, api, "reduce_op")
+    if rname == "subtract":
+        raise errors.UnsupportedApiError(
+            f"reduce_op=nl.subtract of '{api}' is not supported by the emulator (the order and the starting value "
+            f"of a subtracting reduction are not documented)")
+    if rname not in ("add", "multiply", "maximum", "minimum"):
+        raise errors.UnsupportedOpError(
+            f"'reduce_op' of '{api}' must be one of nl.add, nl.subtract, nl.multiply, nl.max, nl.min, got '{rname}'")
+    if mask is not None:
+        x = I.tile(data, "data", api)
+        box, wh = I.active(mask, x._shape)
+        if box is not None or wh is not None:
+            raise errors.UnsupportedApiError(
+                f"a masked '{api}' is not supported by the emulator (what the masked-out elements add to the "
+                f"reduction is not documented)")
+    res = tensor_scalar(api, data, name, operand0, False, None, None, False, dtype, None, (VECTOR,), line)
+    reduce_into(res, rname, reduce_res, line, api)
+    return res
 
 
 def vector_operand(x, P: int, name: str, api: str):
@@ -67,6 +214,8 @@ def tensor_scalar(api: str, data, op0, operand0, reverse0: bool, op1, operand1, 
 
     def fn(d, *rest):
         rest = list(rest)
+        if rest and d.ndim > 2:   # (P, 1) vectors along every free axis of a (P, F1, F2...) tile
+            rest = [r.reshape((r.shape[0],) + (1,) * (d.ndim - 1)) for r in rest]
         a0 = rest.pop(0) if t0 else o0
         y = f0(a0, d) if reverse0 else f0(d, a0)
         if f1 is not None:

@@ -189,9 +189,11 @@ def matmul(api: str, stationary, moving, mask, line: int, st1z: bool = False, mv
     return res
 
 
-def identity_tile(m, line: int) -> NkiTensor:
+def identity_tile(m, line: int, api: str = "a TensorE transpose") -> NkiTensor:
     """The SBUF identity matrix the compiler loads once (at kernel level) for TensorE transposes."""
     if m.identity is None:
+        # an allocated kernel cannot have it (checked when the kernel ends)
+        m.state.setdefault("tensore_transpose", (f"'{api}'", line))
         saved = m.scope, m.path
         m.scope, m.path = (), ()   # kernel level: usable from every loop iteration
         try:
@@ -219,7 +221,7 @@ def transpose_tensore(api: str, x: NkiTensor, line: int, dtype=None) -> NkiTenso
         raise errors.DimensionLimitError(
             f"size of dimension {0 if P > 128 else 1} in 'x{list(x._shape)}' of 'transpose' exceed architecture "
             f"limitation of 128")
-    ident = identity_tile(m, line)
+    ident = identity_tile(m, line, api)
     eye = ident if P == 128 else S.subscript(ident, (slice(0, P), slice(0, P)))
     res = matmul(api, x, eye, None, line, mv1z=True, is_transpose=True, kind=MM_TRANSPOSE)
     if dtype is not None and I.normalize_dtype(dtype) != F32:
@@ -265,6 +267,9 @@ def activation(api: str, func: str, data, bias, scale, mask, dtype, line: int) -
         operands.append(("bias", b))
     elif bias is not None and not I.is_scalar(bias):
         raise errors.ActivationBiasTypeError(f"'bias' param of '{api}' must be a [P, 1] tile, got {type(bias).__name__}")
+    if not has_bias_tile:
+        # an allocated kernel must pass its own bias tensor (checked when the kernel ends)
+        machine().state.setdefault("activation_without_bias", (api, line))
     f = ops.ACTIVATION[func]
     scale_c = None if has_scale_tile else np.float32(scale)
     bias_c = None if (has_bias_tile or bias is None) else np.float32(bias)
@@ -488,3 +493,43 @@ def flat_box(free_shape: tuple[int, ...], f0: int, f1: int) -> tuple[tuple[int, 
         out.append((int(a), int(z) + 1) if same else (0, n))
         same = same and a == z
     return tuple(out)
+
+
+def _lift(a, ndim: int):
+    """A (P, 1) operand array seen against an ndim-D tile (P, F1, F2...)."""
+    if isinstance(a, np.ndarray) and a.ndim < ndim:
+        return a.reshape(a.shape + (1,) * (ndim - a.ndim))
+    return a
+
+
+def select(api: str, condition, x, y, dtype, mask, line: int) -> NkiTensor:
+    """x where `condition` is nonzero, else y (nl.where of both dialects): x and y tiles,
+    broadcast like nl.add's operands (the same partitions), or scalars; one VectorE
+    instruction reading all three."""
+    c = I.tile(condition, "condition", api)
+    tiles = [("condition", c)]
+    for name, v in (("x", x), ("y", y)):
+        if isinstance(v, NkiTensor):
+            tiles.append((name, I.tile(v, name, api)))
+        elif not I.is_scalar(v):
+            raise errors.OperandTypeError(f"'{name}' of '{api}' must be a tile or a scalar, got {type(v).__name__}")
+    out = c._shape
+    for _, t in tiles[1:]:
+        shape = broadcast_shapes(out, t._shape)
+        if shape is None or len(t._shape) != len(out) or t._shape[0] != out[0]:
+            raise errors.BroadcastError(
+                f"Parameter shapes ({', '.join(f'{n}{list(t._shape)}' for n, t in tiles)}) of '{api}' could not be "
+                f"broadcast together (the partition dimension must agree)")
+        out = shape
+    dt = I.result_dtype([x, y], dtype)
+    n = len(out)
+    xt, yt = isinstance(x, NkiTensor), isinstance(y, NkiTensor)
+    xs = None if xt else np.float32(x)
+    ys = None if yt else np.float32(y)
+
+    def fn(cond, *rest):
+        rest = list(rest)
+        a = _lift(rest.pop(0), n) if xt else xs
+        b = _lift(rest.pop(0), n) if yt else ys
+        return np.where(_lift(cond, n) != 0, a, b)
+    return I.compute(api, TT, (VECTOR,), "select", tiles, out, dt, mask, fn, line=line)

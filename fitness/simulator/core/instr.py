@@ -451,7 +451,7 @@ def retarget(m: Machine, dst: NkiTensor, src: NkiTensor, f: Fresh) -> None:
         sb = src._b
         arr = sb.blocks.get(())
         if (box is None and wh is None and same and arr is not None and arr.dtype == db.dtype
-                and T.covers_block(dst)):
+                and db.place is None and T.covers_block(dst)):
             T.share_block(sb, (), db, dst._key)   # move the result instead of copying it
             return
         sv = src if box is None else T.restrict(src, box, dshape)
@@ -559,6 +559,14 @@ def _accumulate_matmul(m: Machine, dst: NkiTensor, src: NkiTensor, f: Fresh) -> 
     box = f.box
     dv = dst if box is None and not dst._checks else use(dst, box, dst._shape, f.where)
     reg = T.region(dv)
+    db = dst._b
+    started = None
+    if db.place is not None:
+        # a directly allocated tile: its group starts where it has not written yet, whatever
+        # the physical bank holds from other tiles (core.placement)
+        from . import placement
+        nb = db.nb
+        started = placement.of(m).written(m, db.id, dst._key, reg.box[nb:], f.writers[0][0].id)
     for ins, idx, _, _ in f.writers:
         writes = ins.writes
         ins.writes = (reg,) if len(writes) == 1 else writes[:idx] + (reg,) + writes[idx + 1:]
@@ -570,8 +578,14 @@ def _accumulate_matmul(m: Machine, dst: NkiTensor, src: NkiTensor, f: Fresh) -> 
     if not m.shape_only and 0 not in dv._shape:
         sv = src if box is None else T.restrict(src, box, src._shape)
         res = T.array(sv)
-        db = dst._b
-        if db.fill is None:
+        if started is not None:
+            if started is False:
+                T.write(dv, res, f.where)      # the first matmul of the group overwrites
+                return
+            if started is not True and started.size == T.count(dv):
+                T.write(dv, np.where(started.reshape(dv._shape), T.array(dv) + res, res), f.where)
+                return
+        elif db.fill is None:
             cur = T.array(dv)
             if np.isnan(cur).any():
                 # an accumulation group starts on never-written PSUM: the first matmul overwrites

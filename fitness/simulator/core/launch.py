@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gc
 import inspect
+import itertools
 import types
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -25,6 +26,8 @@ from .. import errors
 from ..trace import HBM, Trace
 from . import blas
 from . import tensor as T
+from .capacity import DEFAULT as DEFAULT_CAPACITY
+from .capacity import Capacity
 from .instr import normalize_dtype
 from .runtime import FrontEnd, Machine, NeedsReleasePlan, ReleasePlan, activate, current
 
@@ -82,7 +85,8 @@ AUTO_RELEASE_BYTES = 512 << 20
 
 
 def simulate(frontend: FrontEnd, fn: Callable, args: Sequence, kwargs: dict | None = None, *,
-             shape_only: bool = False, release: bool | None = None, plan_key=None) -> KernelRun:
+             shape_only: bool = False, release: bool | None = None, plan_key=None,
+             capacity: Capacity | None = None) -> KernelRun:
     """Execute kernel function `fn`, written in `frontend`'s dialect, on the emulator.
 
     `release=True`: trace the kernel shape-only first, and in the full-data run free every
@@ -90,8 +94,10 @@ def simulate(frontend: FrontEnd, fn: Callable, args: Sequence, kwargs: dict | No
     faulting in fresh pages). `False`: keep blocks. `None` (default): run directly, switching
     to the first behaviour as soon as the kernel declares more than AUTO_RELEASE_BYTES of
     kernel-level tensors. `plan_key` (hashable, naming the kernel and its argument shapes)
-    lets repeated runs reuse a plan.
+    lets repeated runs reuse a plan. `capacity`: the target's SBUF/PSUM (`core.capacity`;
+    None: trn1's).
     """
+    cap = DEFAULT_CAPACITY if capacity is None else capacity
     frontend.install()
     if current() is not None:
         # Every launch path (nki.simulate_kernel, baremetal, benchmark, profile) ends here: a
@@ -99,10 +105,15 @@ def simulate(frontend: FrontEnd, fn: Callable, args: Sequence, kwargs: dict | No
         raise errors.NestedLaunchError(
             "a kernel cannot launch another kernel (nki.simulate_kernel, nki.baremetal, nki.benchmark, "
             "nki.profile): its outputs must be computed by its own instructions; call a helper function instead")
-    fn = _with_kernel_globals(frontend.unwrap(fn), frontend.kernel_globals)
+    fn = frontend.unwrap(fn)
+    options = tuple(getattr(fn, OPTIONS, ()))
+    grid = tuple(getattr(fn, GRID, ()))
+    fn = _with_kernel_globals(fn, frontend.kernel_globals)
+    if options or grid:
+        fn = _Options(fn, options, grid)
     kwargs = dict(kwargs or {})
     if shape_only:
-        run = _execute(frontend, fn, args, kwargs, shape_only=True, plan=None)
+        run = _execute(frontend, fn, args, kwargs, shape_only=True, plan=None, capacity=cap)
         if plan_key is not None and run.declared_bytes > AUTO_RELEASE_BYTES:
             _keep_plan(plan_key, release_plan(run.trace))   # a full-data run of it will need this plan
         return run
@@ -111,18 +122,84 @@ def simulate(frontend: FrontEnd, fn: Callable, args: Sequence, kwargs: dict | No
     if plan is None and release is None:
         try:
             with blas.single_threaded(), np.errstate(all="ignore"):
-                return _execute(frontend, fn, args, kwargs, shape_only=False, plan=None, budget=AUTO_RELEASE_BYTES)
+                return _execute(frontend, fn, args, kwargs, shape_only=False, plan=None, budget=AUTO_RELEASE_BYTES,
+                                capacity=cap)
         except NeedsReleasePlan:
             release = True
     if release:
         if plan is None:
-            plan = release_plan(_execute(frontend, fn, args, kwargs, shape_only=True, plan=None).trace)
+            plan = release_plan(_execute(frontend, fn, args, kwargs, shape_only=True, plan=None, capacity=cap).trace)
             if plan_key is not None:
                 _keep_plan(plan_key, plan)
         else:
             _PLAN_CACHE.move_to_end(plan_key)
     with blas.single_threaded(), np.errstate(all="ignore"):
-        return _execute(frontend, fn, args, kwargs, shape_only=False, plan=plan)
+        return _execute(frontend, fn, args, kwargs, shape_only=False, plan=plan, capacity=cap)
+
+
+# The attribute a front-end's kernel decorators set on the kernel function: the names of what
+# the kernel asks of the compiler (e.g. "skip_middle_end_transformations"), which the run
+# records in `Trace.options` for the performance model.
+OPTIONS = "__nki_options__"
+
+
+# The attribute a front-end's launch syntax sets on (a copy of) the kernel function: its SPMD
+# launch grid (`kernel[2]`, the current dialect's logical-core degree; `kernel[4, 2]`, a legacy
+# grid). The programs of a grid run one after another on the one machine: each sees its index in
+# `Machine.state[SPMD]`, and they share the kernel's inputs and its shared HBM tensors
+# (`shared_hbm`: the k-th one a later program creates is the first program's k-th).
+GRID = "__nki_grid__"
+SPMD = "spmd"                  # Machine.state key: (program index, grid) while a grid runs
+RETURNABLE = "returnable_hbm"  # Machine.state key: ids of HBM tensors the front-end lets a kernel
+#                                return besides its shared_hbm outputs (current nl.hbm / private_hbm)
+
+
+class _Options:
+    """A kernel function with its compiler options (what `_execute` records in the trace) and
+    its launch grid."""
+
+    __slots__ = ("fn", "options", "grid")
+
+    def __init__(self, fn: Callable, options: tuple[str, ...], grid: tuple[int, ...] = ()):
+        self.fn, self.options, self.grid = fn, options, grid
+
+
+def with_grid(fn: Callable, grid: tuple[int, ...]) -> Callable:
+    """A copy of kernel function `fn` that launches on `grid` (the front-ends' `kernel[...]`)."""
+    if not isinstance(fn, types.FunctionType):
+        raise errors.OperandTypeError(f"a launch grid needs a kernel function, got {type(fn).__name__}")
+    new = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    new.__kwdefaults__ = fn.__kwdefaults__
+    new.__annotations__ = fn.__annotations__
+    new.__dict__.update(fn.__dict__)
+    new.__qualname__ = fn.__qualname__
+    setattr(new, GRID, tuple(int(n) for n in grid))
+    return new
+
+
+def shared_tensor(m: Machine, shape: tuple[int, ...], dtype: np.dtype, create: Callable[[], Any]):
+    """The buffer of a shared HBM tensor the running program creates: `create()` in the first
+    program of a grid (and outside grids), the first program's buffer of the same rank among
+    those it created in every later one (refused when that one's shape or dtype differ)."""
+    spmd = m.state.get(SPMD)
+    if spmd is None:
+        return create()
+    reg = m.state.setdefault("spmd_shared", {"program": None, "next": 0, "tensors": []})
+    if reg["program"] != spmd[0]:
+        reg["program"], reg["next"] = spmd[0], 0
+    k = reg["next"]
+    reg["next"] = k + 1
+    if not any(spmd[0]):
+        buf = create()
+        reg["tensors"].append(buf)
+        return buf
+    tensors = reg["tensors"]
+    if k >= len(tensors) or tensors[k].shape != shape or tensors[k].dtype != dtype:
+        raise errors.ShapeMismatchError(
+            f"program {list(spmd[0])} of the launch grid {list(spmd[1])} creates shared HBM tensor number {k + 1} "
+            f"with shape {list(shape)} {dtype.name}, which program {[0] * len(spmd[1])} did not create: every "
+            f"program of a grid must create the same shared_hbm tensors in the same order")
+    return tensors[k]
 
 
 def _keep_plan(plan_key, plan: ReleasePlan) -> None:
@@ -164,8 +241,15 @@ def release_plan(trace: Trace) -> ReleasePlan:
 
 
 def _execute(frontend: FrontEnd, fn: Callable, args: Sequence, kwargs: dict, *, shape_only: bool,
-             plan: ReleasePlan | None, budget: int | None = None) -> KernelRun:
-    m = Machine(frontend=frontend, shape_only=shape_only, kernel_file=fn.__code__.co_filename, plan=plan)
+             plan: ReleasePlan | None, budget: int | None = None,
+             capacity: Capacity = DEFAULT_CAPACITY) -> KernelRun:
+    options: tuple[str, ...] = ()
+    grid: tuple[int, ...] = ()
+    if isinstance(fn, _Options):
+        fn, options, grid = fn.fn, fn.options, fn.grid
+    m = Machine(frontend=frontend, shape_only=shape_only, kernel_file=fn.__code__.co_filename, plan=plan,
+                capacity=capacity)
+    m.trace.options = options
     m.declared_budget = budget
     m.kernel_code = fn.__code__
     prev = activate(m)
@@ -180,7 +264,7 @@ def _execute(frontend: FrontEnd, fn: Callable, args: Sequence, kwargs: dict, *, 
         annotations = dict(params)
         call_kwargs = {k: _wrap(m, v, (k, annotations.get(k))) for k, v in kwargs.items()}
         try:
-            ret = fn(*call_args, **call_kwargs)
+            ret = _programs(m, fn, call_args, call_kwargs, grid)
         except AttributeError as e:
             clearer = T.unknown_attribute(e)
             if clearer is None:
@@ -199,6 +283,38 @@ def _execute(frontend: FrontEnd, fn: Callable, args: Sequence, kwargs: dict, *, 
         if gc_was_enabled:
             gc.enable()
     return KernelRun(outputs, m.trace, m.declared_bytes)
+
+
+def _programs(m: Machine, fn: Callable, args: list, kwargs: dict, grid: tuple[int, ...]):
+    """Run the kernel once, or once per program of its launch grid, in order (program (0, ..., 0)
+    first); every program must return the same tensors (its shared HBM outputs)."""
+    if not grid:
+        return fn(*args, **kwargs)
+    ret = None
+    for k, pid in enumerate(itertools.product(*(range(n) for n in grid))):
+        m.state[SPMD] = (pid, grid)
+        m.state.pop("scalar_accumulators", None)   # each program runs on a core of its own
+        out = fn(*args, **kwargs)
+        if k and not _same_outputs(ret, out):
+            raise errors.HostOutputError(
+                f"program {list(pid)} of the launch grid {list(grid)} returned other tensors than program "
+                f"{[0] * len(grid)}: the outputs of a kernel launched on several programs must be the shared HBM "
+                f"tensors (nl.shared_hbm) every program creates and returns", *_where(fn))
+        ret = out
+    m.state.pop(SPMD, None)
+    return ret
+
+
+def _same_outputs(a, b) -> bool:
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return len(a) == len(b) and all(_same_outputs(x, y) for x, y in zip(a, b))
+    if isinstance(a, T.NkiTensor) and isinstance(b, T.NkiTensor):
+        return a._b is b._b and a._shape == b._shape and a._off == b._off
+    return a is b
+
+
+def _where(fn: Callable) -> tuple[str, int]:
+    return fn.__code__.co_filename, fn.__code__.co_firstlineno
 
 
 def _parameters(fn: Callable) -> list[tuple[str, Any]]:
@@ -258,6 +374,11 @@ def _collect(m: Machine, fn: Callable, ret):
     if b.memory != HBM or len(ret._key) < b.nb:
         raise errors.UnsupportedMemoryError(
             f"kernel outputs must be HBM tensors (nl.shared_hbm); the kernel returned a tile in '{b.memory}'", *where)
+    if b.kind == "scratch" and b.id in m.state.get(RETURNABLE, ()):
+        # a private HBM tensor the kernel created (current nl.hbm): an output from now on (its
+        # coverage is checked below like a shared_hbm output's)
+        b.kind = "output"
+        m.trace.tensors[b.id] = b.info()
     if b.kind != "output":
         # An input (or a view of one) would pass as an output after a single write anywhere in
         # it, a 4-byte copy scored as the whole result; scratch HBM is not returnable on hardware.
@@ -276,6 +397,8 @@ def _collect(m: Machine, fn: Callable, ret):
             raise errors.OutputNotWrittenError(f"output tensor '{b.label}' of shape {list(b.shape)} {what}", *where)
     if m.shape_only:
         return ShapeDtype(ret._shape, b.dtype)
+    if b.place is not None:   # a reinterpreting view (`t.view(dtype)`) of another buffer's storage
+        return T.array(ret).copy()
     arr = b.blocks.get(())
     if arr is None:
         arr = np.full(b.shape, T.sentinel(b.dtype), dtype=b.dtype)

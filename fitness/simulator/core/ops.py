@@ -40,6 +40,7 @@ ALU: dict[str, Callable[[Any, Any], np.ndarray]] = {
     "minimum": np.minimum,
     "power": np.power,
     "mod": np.mod,
+    "fmod": np.fmod,   # remainder with the sign of the dividend (C fmod)
     "equal": _cmp(np.equal),
     "not_equal": _cmp(np.not_equal),
     "greater": _cmp(np.greater),
@@ -73,7 +74,7 @@ REDUCE: dict[str, Callable] = {
 # Identity elements, for masked-out positions of reductions.
 REDUCE_IDENTITY = {"add": 0.0, "multiply": 1.0, "maximum": -np.inf, "minimum": np.inf}
 
-ARITHMETIC = {"add", "subtract", "multiply", "divide", "maximum", "minimum", "power", "mod", "abs_max"}
+ARITHMETIC = {"add", "subtract", "multiply", "divide", "maximum", "minimum", "power", "mod", "fmod", "abs_max"}
 
 
 def _sigmoid(x):
@@ -96,6 +97,22 @@ def _gelu_tanh(x):
 
 def _softplus(x):
     return np.logaddexp(F32(0.0), x)
+
+
+_SQRT_1_2 = F32(1.0 / np.sqrt(2.0))
+_INV_SQRT_2PI = F32(1.0 / np.sqrt(2.0 * np.pi))
+_TWO_INV_SQRT_PI = F32(2.0 / np.sqrt(np.pi))
+GELU_SIGMOID = F32(1.702)   # the usual sigmoid approximation of GELU: x * sigmoid(1.702 x) (undocumented constant)
+
+
+def _silu_dx(x):
+    s = _sigmoid(x)
+    return s * (F32(1.0) + x * (F32(1.0) - s))
+
+
+def _gelu_dx(x):
+    """d/dx of the erf GELU: Phi(x) + x * phi(x)."""
+    return F32(0.5) * (F32(1.0) + _erf(x * _SQRT_1_2)) + x * np.exp(F32(-0.5) * x * x) * _INV_SQRT_2PI
 
 
 # Activation functions (ScalarE lookup tables): name -> f(x) on fp32 arrays.
@@ -122,12 +139,21 @@ ACTIVATION: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "copy": lambda x: x,
     "sign": np.sign,
     "negative": np.negative,
+    # derivative and approximation tables, rounding and tan (nl.gelu_dx, nl.floor, ...)
+    "erf_dx": lambda x: _TWO_INV_SQRT_PI * np.exp(-x * x),
+    "gelu_dx": _gelu_dx,
+    "silu_dx": _silu_dx,
+    "gelu_apprx_sigmoid": lambda x: x * _sigmoid(GELU_SIGMOID * x),
+    "ceil": np.ceil,
+    "floor": np.floor,
+    "trunc": np.trunc,
+    "tan": np.tan,
 }
 
 _NUMPY_ALU = {
     np.add: "add", np.subtract: "subtract", np.multiply: "multiply", np.divide: "divide",
     np.true_divide: "divide", np.maximum: "maximum", np.minimum: "minimum", np.fmax: "maximum",
-    np.fmin: "minimum", np.power: "power", np.mod: "mod", np.equal: "equal", np.not_equal: "not_equal",
+    np.fmin: "minimum", np.power: "power", np.mod: "mod", np.fmod: "fmod", np.equal: "equal", np.not_equal: "not_equal",
     np.greater: "greater", np.greater_equal: "greater_equal", np.less: "less", np.less_equal: "less_equal",
     np.logical_and: "logical_and", np.logical_or: "logical_or", np.logical_xor: "logical_xor",
     np.bitwise_and: "bitwise_and", np.bitwise_or: "bitwise_or", np.bitwise_xor: "bitwise_xor",
@@ -141,6 +167,7 @@ _NUMPY_ACT = {
     np.exp: "exp", np.log: "log", np.sqrt: "sqrt", np.square: "square", np.tanh: "tanh",
     np.abs: "abs", np.absolute: "abs", np.sin: "sin", np.cos: "cos", np.arctan: "arctan",
     np.sign: "sign", np.negative: "negative", np.reciprocal: "reciprocal",
+    np.ceil: "ceil", np.floor: "floor", np.trunc: "trunc", np.tan: "tan",
 }
 
 _ALU_ALIASES = {"max": "maximum", "min": "minimum", "sum": "add", "prod": "multiply",

@@ -18,6 +18,9 @@ from typing import Any
 
 from .. import errors
 from ..trace import Instr, Loop, TensorInfo, Trace
+from .capacity import DEFAULT as DEFAULT_CAPACITY
+from .capacity import Capacity
+from .capacity import check as check_capacity
 
 Path = tuple[tuple[int, int], ...]
 
@@ -138,8 +141,11 @@ class Machine:
     """Everything one kernel execution accumulates."""
 
     def __init__(self, *, frontend: FrontEnd, shape_only: bool, kernel_file: str = "",
-                 plan: ReleasePlan | None = None):
+                 plan: ReleasePlan | None = None, capacity: Capacity = DEFAULT_CAPACITY):
         self.frontend = frontend
+        # the target's SBUF/PSUM (per-tile limits, live capacity when the kernel ends)
+        self.capacity = capacity
+        self.anon_layouts = capacity.anon_layouts
         # the front-end's handlers of tensor syntax, as attributes (looked up on every use)
         self.getitem = frontend.getitem
         self.setitem = frontend.setitem
@@ -252,18 +258,28 @@ class Machine:
         ordered = sorted(tensors.items())
         tensors.clear()
         tensors.update(ordered)
+        placed = self.state.get("placement")
+        if placed is not None:
+            placed.finish(self)   # the rules of a directly allocated kernel (core.placement)
+        else:
+            check_capacity(self.trace, self.capacity)   # what the compiler must place at once
 
     # --- loops ---------------------------------------------------------------------------
 
-    def loop(self, kind: str, r: range, line: int) -> Iterator[LoopIndex]:
-        """Iterate `r`, keeping the loop stack, paths and per-loop write records current."""
+    def loop(self, kind: str, r: range, line: int, directives: tuple[str, ...] = ()) -> Iterator[LoopIndex]:
+        """Iterate `r`, keeping the loop stack, paths and per-loop write records current.
+        `directives`: the names of the loop's compiler directives (recorded in the trace)."""
         depth = len(self.stack)
         parent = self.stack[-1].id if self.stack else None
-        key = (line, parent, r.start, r.stop, r.step, kind)
+        key = (line, parent, r.start, r.stop, r.step, kind, directives)
         loop_id = self._loop_ids.get(key)
         if loop_id is None:
             loop_id = self._loop_ids[key] = len(self._loop_ids) + 1
             self.trace.loops[loop_id] = Loop(loop_id, kind, r.start, r.stop, r.step, parent, line)
+            if directives:
+                if self.trace.loop_directives is None:
+                    self.trace.loop_directives = {}
+                self.trace.loop_directives[loop_id] = directives
         self._next_uid += 1
         frame = LoopFrame(self._next_uid, loop_id, kind, r, depth, self.path, self.scope)
         self.stack.append(frame)

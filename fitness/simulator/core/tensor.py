@@ -24,10 +24,13 @@ import weakref
 import numpy as np
 
 from .. import errors
+from ..trace import HBM, PSUM, SBUF, Region, TensorInfo
+from .capacity import Capacity
 from .ops import ufunc_operator
 from .runtime import Machine, machine
-from ..trace import HBM, PSUM, SBUF, Region, TensorInfo
 
+# trn1's limits (the default target's, `core.capacity.DEFAULT`); a run checks against its own
+# target's `Machine.capacity`
 PMAX = 128                      # partitions
 SBUF_PARTITION_BYTES = 192 * 1024
 SBUF_USABLE_BYTES = 176 * 1024  # per partition, after the compiler's reserve (trn1)
@@ -37,7 +40,6 @@ PSUM_BANK_BYTES = 2 * 1024      # one accumulation bank per partition (512 fp32)
 _STRIDES: dict[tuple[int, ...], tuple[int, ...]] = {}
 # Subscript plans per buffer layout (local shape, memory, block dims), by key signature.
 _LAYOUT_PLANS: dict[tuple, dict] = {}
-_ANON_LAYOUTS: dict[tuple, tuple] = {}
 _DTNAMES: dict[np.dtype, str] = {}
 
 
@@ -59,6 +61,24 @@ def dtype_name(dt: np.dtype) -> str:
     if name is None:
         name = _DTNAMES[dt] = dt.name
     return name
+
+
+# NKI's packed MX types (4 fp8 or fp4 values in a 32-bit word, NeuronCore-v4's nc_matmul_mx
+# operands): storage of 4 bytes, a NumPy structured dtype of one uint32 field named after the
+# type, so that each is a dtype of its own with its NKI name in the trace.
+PACKED_X4 = ("float8_e5m2_x4", "float8_e4m3fn_x4", "float4_e2m1fn_x4")
+_PACKED: dict[str, np.dtype] = {}
+
+
+def packed_dtype(name: str) -> np.dtype:
+    """The storage dtype of packed MX type `name` (one of PACKED_X4)."""
+    dt = _PACKED.get(name)
+    if dt is None:
+        if name not in PACKED_X4:
+            raise ValueError(f"{name!r} is not a packed MX type ({', '.join(PACKED_X4)})")
+        dt = _PACKED[name] = np.dtype([(name, "<u4")])
+        _DTNAMES[dt] = name
+    return dt
 
 
 def prod(shape) -> int:
@@ -109,7 +129,7 @@ class Buffer:
 
     __slots__ = ("id", "name", "memory", "shape", "dtype", "dtname", "itemsize", "nb", "local", "lstr",
                  "kind", "scope", "tpath", "line", "blocks", "fill", "mutable", "written", "fresh",
-                 "shared", "plans", "views", "__weakref__")
+                 "shared", "plans", "views", "place", "__weakref__")
 
     def __init__(self, m: Machine, memory: str, shape: tuple[int, ...], dtype: np.dtype, nb: int, *,
                  kind: str = "scratch", name: str = "", line: int = 0, fill=None, register: bool = True):
@@ -141,6 +161,9 @@ class Buffer:
         # planned subscripts seen: (plan, block key, local constants) -> (offset, local ranges,
         # bounds checks, Region); see subscript._fast_subscript
         self.views: dict[tuple, tuple] | None = None
+        # direct allocation (core.placement.Placed): the blocks are views of physical SBUF/PSUM
+        # bytes that other placed tensors may share; None: the buffer owns its blocks
+        self.place = None
         if register:
             m.register(self, self.info())
 
@@ -157,6 +180,9 @@ class Buffer:
         first access overwrites all of it)."""
         b = self.blocks.get(key)
         if b is None:
+            if self.place is not None:
+                b = self.blocks[key] = self.place.view(self, key)
+                return b
             if self.fill is not None:
                 b = np.full(self.local, self.fill, dtype=self.dtype)
             elif full_write:
@@ -479,13 +505,13 @@ def anon_tile(m: Machine, memory: str, shape: tuple[int, ...], dtype: np.dtype, 
     """The whole view of a fresh anonymous tile (an instruction result); the checks and the
     derived layout of a (shape, memory, dtype) are computed once."""
     tkey = (shape, memory, dtype)
-    tpl = _ANON_LAYOUTS.get(tkey)
+    tpl = m.anon_layouts.get(tkey)   # per target capacity: the limits were checked against it
     if tpl is None:
         check_tile_limits(memory, shape, dtype)
         plans = _LAYOUT_PLANS.get((shape, memory, 0))
         if plans is None:
             plans = _LAYOUT_PLANS[(shape, memory, 0)] = {}
-        tpl = _ANON_LAYOUTS[tkey] = (dtype_name(dtype), dtype.itemsize, c_strides(shape), plans, _layout(shape))
+        tpl = m.anon_layouts[tkey] = (dtype_name(dtype), dtype.itemsize, c_strides(shape), plans, _layout(shape))
     b = Buffer.__new__(Buffer)
     m._next_tensor += 1
     b.id = m._next_tensor
@@ -500,7 +526,7 @@ def anon_tile(m: Machine, memory: str, shape: tuple[int, ...], dtype: np.dtype, 
     b.tpath = m.path
     b.line = line
     b.blocks = None if m.shape_only else {}
-    b.fill = b.written = b.fresh = b.shared = b.views = None
+    b.fill = b.written = b.fresh = b.shared = b.views = b.place = None
     b.mutable = False
     v = NkiTensor.__new__(NkiTensor)
     v._b = b
@@ -529,32 +555,37 @@ _LIMITS_OK: set = set()
 
 
 def check_tile_limits(memory: str, local: tuple[int, ...], dtype: np.dtype, name: str = "") -> None:
-    """Partition count and bytes per partition of one tile (block) against the hardware."""
-    key = (memory, local, dtype)
+    """Partition count and bytes per partition of one tile (block) against the running
+    target's capacity (`Machine.capacity`)."""
+    cap = machine().capacity
+    key = (memory, local, dtype, cap.sbuf_usable_bytes, cap.psum_bank_bytes, cap.partitions)
     if key in _LIMITS_OK:
         return
-    _check_tile_limits(memory, local, dtype, name)
+    _check_tile_limits(cap, memory, local, dtype, name)
     _LIMITS_OK.add(key)
 
 
-def _check_tile_limits(memory: str, local: tuple[int, ...], dtype: np.dtype, name: str = "") -> None:
+def _check_tile_limits(cap: Capacity, memory: str, local: tuple[int, ...], dtype: np.dtype, name: str = "") -> None:
     label = f"tensor '{name}'" if name else "tile"
     if not local:
         raise errors.TileInferenceError(f"{label} in {memory} has no partition dimension")
     p = local[0]
-    if p > PMAX:
+    if p > cap.partitions:
         raise errors.PartitionLimitError(
-            f"number of partitions {p} of {label} {list(local)} exceed architecture limitation of {PMAX}")
+            f"number of partitions {p} of {label} {list(local)} exceed architecture limitation of {cap.partitions}")
     per_partition = prod(local[1:]) * dtype.itemsize
-    if memory == PSUM and per_partition > PSUM_BANK_BYTES:
+    bank = cap.psum_bank_bytes
+    if memory == PSUM and per_partition > bank:
         raise errors.PsumBankOverflowError(
             f"PSUM {label} {list(local)} {dtype.name} needs {per_partition} bytes per partition, more than one "
-            f"PSUM bank ({PSUM_BANK_BYTES} bytes = {PSUM_BANK_BYTES // 4} fp32); a PSUM tile cannot cross bank "
-            f"boundaries: split the free dimension into tiles of at most {PSUM_BANK_BYTES // dtype.itemsize} elements")
-    if memory == SBUF and per_partition > SBUF_USABLE_BYTES:
+            f"PSUM bank ({bank} bytes = {bank // 4} fp32); a PSUM tile cannot cross bank "
+            f"boundaries: split the free dimension into tiles of at most {bank // dtype.itemsize} elements")
+    usable = cap.sbuf_usable_bytes
+    if memory == SBUF and per_partition > usable:
         raise errors.SbufPartitionOverflowError(
             f"SBUF {label} {list(local)} {dtype.name} needs {per_partition} bytes per partition, more than the "
-            f"{SBUF_USABLE_BYTES} usable bytes of an SBUF partition ({SBUF_PARTITION_BYTES} minus the compiler's reserve)")
+            f"{usable} usable bytes of an SBUF partition on {cap.target} ({cap.sbuf_partition_bytes} minus the "
+            f"compiler's reserve)")
 
 
 # --- views built without subscripts -------------------------------------------------------------
@@ -840,6 +871,8 @@ def array(v: NkiTensor) -> np.ndarray:
         gat = v._gat if v._checks == () else clipped_gather(v)
         arr, idx = _gather_target(v, blk, gat)
         return arr[idx]
+    if b.place is not None:
+        return b.place.ndarray(v)
     isz = b.itemsize
     return np.ndarray(v._shape, dtype=blk.dtype, buffer=blk, offset=v._off * isz,
                       strides=byte_strides(v._st, isz))
@@ -912,6 +945,8 @@ def write_array(v: NkiTensor) -> np.ndarray:
     b = v._b
     if b.shared:
         unshare(b, v._key)
+    if b.place is not None:
+        return b.place.ndarray(v)
     blk = b.blocks.get(v._key)
     if blk is None:
         blk = b.block(v._key, full_write=covers_block(v))

@@ -1,8 +1,8 @@
 """`import nki...` resolved to the emulator, in the current process only, and the current
 front-end as the core sees it (`FRONTEND`).
 
-`install_nki()` puts module objects named `nki`, `nki.language`, `nki.isa` and `nki.typing`
-into `sys.modules` (the `nki` names on PyPI are placeholders, so nothing real is hidden).
+`install_nki()` puts module objects named `nki`, `nki.language`, `nki.isa` (and its
+`nki.isa.constants`), `nki.typing` and `nki.collectives` into `sys.modules` (the `nki` names on PyPI are placeholders, so nothing real is hidden).
 Names the emulator does not implement raise `UnsupportedApiError` naming them; names only the
 legacy dialect has raise `LegacyConstructError` naming the current way. `@nki.jit` kernels
 called with NumPy arrays, and `nki.simulate(kernel)(arrays)`, run through `core.launch`.
@@ -17,7 +17,19 @@ from typing import Any
 
 from .. import errors
 from ..core import launch, modules, runtime
-from . import isa, language, views
+from ..emulation import APPROXIMATE, emulation
+from . import collectives, isa, language, views
+
+# `nki.isa.constants`: the enums of nki.isa under the module name the NKI Library imports them from
+# (`from nki.isa.constants import oob_mode`), the same objects as nki.isa's.
+ISA_CONSTANTS = ("engine", "reduce_cmd", "dge_mode", "oob_mode", "matmul_perf_mode", "nc_version", "dma_engine")
+
+
+@emulation(APPROXIMATE, "an annotation only (`dtype: nki.dtype = nl.bfloat16`): the emulator's dtypes are NumPy's")
+class dtype:
+    """`nki.dtype`: the type kernels annotate dtype parameters with; nothing is an instance of it."""
+
+    __slots__ = ()
 
 
 # Legacy-only names and what the current dialect uses instead.
@@ -34,9 +46,14 @@ LEGACY = {
 }
 
 
+MAX_LNC = 2   # logical NeuronCores of a launch: trn2 and trn3 group two physical cores
+
+
 class Kernel:
     """A kernel under `@nki.jit`: calling it with arrays runs the emulator (inside a running
-    kernel it is just called, inlined); `kernel[lnc]` sets the logical-core degree."""
+    kernel it is just called, inlined); `kernel[lnc]` sets the logical-core degree. An LNC2
+    launch runs its two programs (`nl.program_id(0)` 0 and 1) one after the other on one
+    machine, sharing the inputs and the `nl.shared_hbm` tensors."""
 
     def __init__(self, func: Callable, lnc: int = 1, **options):
         self._func = func
@@ -47,19 +64,20 @@ class Kernel:
     def __call__(self, *args, **kwargs):
         if runtime.current() is not None:
             return self._func(*args, **kwargs)
-        self._check_lnc()
-        return launch.simulate(FRONTEND, self._func, args, kwargs).outputs
+        return launch.simulate(FRONTEND, self._launched(), args, kwargs).outputs
 
     def __getitem__(self, lnc):
-        if not isinstance(lnc, int) or lnc < 1:
+        if not isinstance(lnc, int) or isinstance(lnc, bool) or lnc < 1:
             raise errors.OperandTypeError(f"kernel[lnc]: the logical-core degree must be a positive integer, got {lnc!r}")
+        if lnc > MAX_LNC:
+            raise errors.UnsupportedApiError(
+                f"kernel[{lnc}]: a logical NeuronCore groups at most {MAX_LNC} physical cores (trn2, trn3); launch "
+                f"with kernel[1] or kernel[2]", *errors.kernel_location(1))
         return Kernel(self._func, lnc, **self._options)
 
-    def _check_lnc(self) -> None:
-        if self._lnc != 1:
-            raise errors.UnsupportedApiError(
-                f"launching with {self._lnc} logical cores (kernel[{self._lnc}]) is not supported by the emulator; "
-                f"launch with kernel[1] or plain kernel(...)", *errors.kernel_location(1))
+    def _launched(self) -> Callable:
+        """The kernel function as launched: with its grid of `lnc` programs when lnc > 1."""
+        return self._func if self._lnc == 1 else launch.with_grid(self._func, (self._lnc,))
 
 
 def jit(fn=None, **options):
@@ -70,16 +88,16 @@ def jit(fn=None, **options):
 
 
 def unwrap(fn):
-    return fn._func if isinstance(fn, Kernel) else fn
+    return fn._launched() if isinstance(fn, Kernel) else fn
 
 
 def simulate(kernel):
-    """`nki.simulate(kernel)(*arrays)`: run on the emulator, return NumPy outputs."""
+    """`nki.simulate(kernel)(*arrays)`: run on the emulator, return NumPy outputs
+    (`nki.simulate(kernel[2])` runs the LNC2 launch)."""
     k = kernel if isinstance(kernel, Kernel) else Kernel(kernel)
 
     def run(*args, **kwargs):
-        k._check_lnc()
-        return launch.simulate(FRONTEND, k._func, args, kwargs).outputs
+        return launch.simulate(FRONTEND, k._launched(), args, kwargs).outputs
     return functools.wraps(k._func)(run)
 
 
@@ -124,10 +142,20 @@ def build_modules() -> dict[str, types.ModuleType]:
     """Fresh module objects for the `nki` namespace."""
     nl = _module("nki.language", {n: getattr(language, n) for n in language.EXPORTS}, lazy=language.__getattr__)
     nisa = _module("nki.isa", {n: getattr(isa, n) for n in isa.EXPORTS})
+    def constant(name: str) -> Any:
+        """nki.isa's enum of that name, looked up when asked (nki.isa is built with them)."""
+        if name not in ISA_CONSTANTS:
+            raise AttributeError(name)
+        return getattr(nisa, name)
+
+    constants = _module("nki.isa.constants", {}, lazy=constant)
+    nisa.constants = constants
     nt = _module("nki.typing", {"tensor": _TensorType()})
-    nki = _module("nki", {"jit": jit, "simulate": simulate, "language": nl, "isa": nisa, "typing": nt},
-                  package=True)
-    return {"nki": nki, "nki.language": nl, "nki.isa": nisa, "nki.typing": nt}
+    ncc = _module("nki.collectives", {n: getattr(collectives, n) for n in collectives.EXPORTS})
+    nki = _module("nki", {"jit": jit, "simulate": simulate, "language": nl, "isa": nisa, "typing": nt,
+                          "collectives": ncc, "dtype": dtype}, package=True)
+    return {"nki": nki, "nki.language": nl, "nki.isa": nisa, "nki.typing": nt, "nki.isa.constants": constants,
+            "nki.collectives": ncc}
 
 
 def install_nki() -> None:

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
+
 from .. import errors
 from ..core import instr as I
 from ..core import subscript as S
 from ..core import tensor as T
 from ..core.indexing import IndexExpr, is_int
+from ..core.runtime import machine
 from ..core.tensor import NkiTensor, _make
-from ..trace import HBM
+from ..trace import HBM, PSUM, SBUF
 
 
 def getitem(t: NkiTensor, key) -> NkiTensor:
@@ -280,16 +283,83 @@ def rearrange(v: NkiTensor, src_pattern, dst_pattern, fixed_sizes=None) -> NkiTe
 
 
 def view(v: NkiTensor, dtype) -> NkiTensor:
-    """`t.view(dtype)`: the same bytes as another dtype (same item size only, here)."""
+    """`t.view(dtype)`: the same bytes as another dtype of the same element size (no copy: a
+    write through either tensor is seen by the other). The trace records the accesses of the
+    view as accesses of the viewed tensor, with the view's dtype. A dtype of another element
+    size (which rescales the last dimension) is refused."""
     dt = I.normalize_dtype(dtype)
-    if dt.itemsize != v._b.itemsize:
+    b = v._b
+    if dt.itemsize != b.itemsize:
         raise errors.UnsupportedApiError(
-            f"t.view({dt.name}) of a {v._b.dtype.name} tensor changes the element size, which the emulator does not "
-            "support")
-    if dt == v._b.dtype:
+            f"t.view({T.dtype_name(dt)}) of a {b.dtname} tensor changes the element size, which the emulator does not "
+            "support (views of the same element size are supported)")
+    if dt == b.dtype:
         return v
-    raise errors.UnsupportedApiError(f"t.view({dt.name}) reinterpreting {v._b.dtype.name} data is not supported by the "
-                                     "emulator")
+    _affine(v)
+    I.tile(v, "t", "t.view", (HBM, SBUF, PSUM))   # in scope; a fresh result is used from now on
+    alias = _reinterpreted(b, dt)
+    return _make(alias, v._key, v._dims, v._dstr, v._base, v._c, v._a, v._shape, v._checks, v._gat, v._alias)
+
+
+class _Blocks(dict):
+    """The blocks of a reinterpreting view: always the viewed tensor's current blocks, as the
+    view's dtype (never stored, so they cannot go stale when that tensor's storage moves)."""
+
+    __slots__ = ("storage",)
+
+    def get(self, key, default=None):
+        return self.storage.view(None, key)
+
+    def __setitem__(self, key, value) -> None:
+        pass
+
+    def pop(self, key, default=None):
+        return default
+
+
+class _Reinterpretation:
+    """The storage of a reinterpreting view (in `Buffer.place`): the bytes of another buffer."""
+
+    __slots__ = ("orig", "dtype")
+
+    def __init__(self, orig: T.Buffer, dtype):
+        self.orig, self.dtype = orig, dtype
+
+    def view(self, b, key: tuple):
+        o = self.orig
+        if o.shared:
+            T.unshare(o, key)   # a write through the view must not reach a peer sharing the array
+        return o.block(key).view(self.dtype)
+
+    def ndarray(self, v: NkiTensor):
+        blk = self.view(v._b, v._key)
+        isz = v._b.itemsize
+        return np.ndarray(v._shape, dtype=blk.dtype, buffer=blk, offset=v._off * isz,
+                          strides=T.byte_strides(v._st, isz))
+
+
+def _reinterpreted(b: T.Buffer, dt) -> T.Buffer:
+    """The buffer of `b`'s storage seen as `dt` (one per buffer and dtype): the same tensor id,
+    shape and bookkeeping, its own dtype."""
+    m = machine()
+    cache = m.state.setdefault("reinterpreted", {})
+    hit = cache.get((b.id, dt))
+    if hit is not None and hit[0] is b:
+        return hit[1]
+    a = T.Buffer.__new__(T.Buffer)
+    for slot in ("id", "name", "memory", "shape", "nb", "local", "lstr", "kind", "scope", "tpath", "line", "mutable",
+                 "written", "plans"):
+        setattr(a, slot, getattr(b, slot))
+    a.dtype, a.dtname, a.itemsize = dt, T.dtype_name(dt), dt.itemsize
+    a.fill = a.fresh = a.shared = a.views = None
+    a.place = _Reinterpretation(b, dt)
+    if b.blocks is None:
+        a.blocks = None
+    else:
+        a.blocks = _Blocks()
+        a.blocks.storage = a.place
+    cache[(b.id, dt)] = (b, a)
+    return a
 
 
 def ap(v: NkiTensor, pattern, offset=None, scalar_offset=None, vector_offset=None, indirect_dim: int = 0,
@@ -297,8 +367,9 @@ def ap(v: NkiTensor, pattern, offset=None, scalar_offset=None, vector_offset=Non
     """`t.ap([[stride, count], ...], offset=)`: an explicit access pattern over the tensor's
     row-major storage (the first pair walks the partitions of an on-chip tensor)."""
     if scalar_offset is not None or vector_offset is not None:
-        raise errors.UnsupportedApiError("t.ap with scalar_offset / vector_offset (indirect access) is not supported "
-                                         "by the emulator")
+        # an indirect access: the operand of a gathering / scattering DMA
+        from ..core import dmaops
+        return dmaops.access(v, pattern, offset, scalar_offset, vector_offset, indirect_dim, dtype)
     if dtype is not None and I.normalize_dtype(dtype) != v._b.dtype:
         raise errors.UnsupportedApiError("t.ap(dtype=...) reinterpreting data is not supported by the emulator")
     _affine(v)

@@ -1,6 +1,8 @@
 """`neuronxcc.nki.language` (nl): tensor creation, data movement, element-wise math,
-reductions, matmul, broadcasting and loop reductions, lowered to the core's instructions
-the way the legacy NKI compiler does (nki-semantics.md §6, trainium-perf-model.md §7.3).
+reductions, matmul, broadcasting and loop reductions, selection (`where`), statistics (`var`,
+`rms_norm`), gathers, the one-program `all_reduce` and randomness (core.rng), lowered to the
+core's instructions the way the legacy NKI compiler does (nki-semantics.md §6,
+trainium-perf-model.md §7.3).
 What Python operators on tiles mean in this dialect (`operator`) lives here too.
 """
 
@@ -13,16 +15,18 @@ import numpy as np
 
 from .. import errors
 from ..core import engines as E
+from ..core import gpsimd as G
 from ..core import instr as I
 from ..core import ops
+from ..core import placement as P
+from ..core import rng as RNG
 from ..core import subscript as S
 from ..core import tensor as T
 from ..core.coverage import Coverage
 from ..core.indexing import arange, broadcast_shapes, ds, is_int, mgrid  # noqa: F401 (re-exported as nl.*)
 from ..core.runtime import LoopIndex, machine, no_method
-from ..core.tensor import NkiTensor
-from .isa import engine_letters
-from .loops import affine_range, sequential_range, static_range  # noqa: F401 (re-exported as nl.*)
+from ..core.tensor import NkiTensor, _make
+from ..emulation import APPROXIMATE, emulation
 from ..trace import (
     COPY,
     DMA,
@@ -39,6 +43,8 @@ from ..trace import (
     TT,
     VECTOR,
 )
+from .isa import engine_letters, fp32  # noqa: F401 (nl.fp32 is nisa.fp32)
+from .loops import affine_range, sequential_range, static_range  # noqa: F401 (re-exported as nl.*)
 
 F32 = np.dtype(np.float32)
 
@@ -102,6 +108,8 @@ def _shape_and_pdim(shape, api: str) -> tuple[tuple[int, ...], int]:
 
 
 def _buffer(buffer) -> tuple[str, str, str]:
+    if isinstance(buffer, P.Allocation):
+        return buffer.api, buffer.memory, "scratch"
     name = "sbuf" if buffer is None else str(buffer)
     if name not in _BUFFERS:
         raise errors.OperandTypeError(f"unknown buffer {buffer!r}; use nl.sbuf, nl.psum, nl.hbm or nl.shared_hbm")
@@ -132,6 +140,15 @@ def _create(shape, dtype, buffer, name, fill, api: str, line: int, lazy: bool = 
             if not m.shape_only:
                 # outputs must be written completely (checked at the end), so no NaN fill is needed
                 buf.blocks[()] = np.empty(shape, dtype=dt)
+        return T.whole(buf)
+    if isinstance(buffer, P.Allocation):
+        if fill is not None:
+            raise errors.AllocatedInitValueError(
+                f"Creating SBUF/PSUM tensor with init value is not supported in allocated NKI kernels ({api} with "
+                f"buffer={buffer.api}(...)); create it with nl.ndarray and fill it with an instruction (nisa.memset, "
+                f"t[...] = 0)")
+        buf = T.new_buffer(mem, shape, dt, pdim, name=str(name or ""), line=line)
+        P.of(m).place(m, buf, buffer, line)   # its blocks are views of physical bytes: nothing to declare
         return T.whole(buf)
     buf = T.new_buffer(mem, shape, dt, pdim, name=str(name or ""), line=line, fill=fill)
     if not m.stack:
@@ -558,6 +575,183 @@ def device_print(prefix: str, x, **kwargs) -> None:
         print(prefix, T.array(x))
 
 
+# --- more element-wise math, selection, statistics --------------------------------------------------
+
+fmod = _make_binary("fmod", "The remainder of x / y with the sign of x (C fmod), element-wise.")
+mod = _make_binary("mod", "x mod y with the sign of y (Python's %), element-wise.")
+
+ceil = _make_activation("ceil", "The smallest integer >= x.")
+floor = _make_activation("floor", "The largest integer <= x.")
+trunc = _make_activation("trunc", "x with its fractional part discarded.")
+tan = _make_activation("tan", "Tangent.")
+erf_dx = _make_activation("erf_dx", "Derivative of erf: 2 / sqrt(pi) * exp(-x**2).")
+gelu_dx = _make_activation("gelu_dx", "Derivative of the (erf) GELU: Phi(x) + x * phi(x).")
+silu_dx = _make_activation("silu_dx", "Derivative of SiLU: s * (1 + x * (1 - s)), s = sigmoid(x).")
+gelu_apprx_sigmoid = emulation(
+    APPROXIMATE, "x * sigmoid(1.702 * x), the usual sigmoid approximation of GELU (the documentation does not give "
+                 "the constant), in fp32; one ScalarE activation")(
+    _make_activation("gelu_apprx_sigmoid", "GELU with the sigmoid approximation."))
+
+
+def invert(x, dtype=None, mask=None, **kwargs) -> NkiTensor:
+    """Bitwise NOT of an integer tile (`~x`): an XOR with all ones (VectorE)."""
+    line = I.where()
+    t = I.tile(x, "x", "nl.invert")
+    if t._b.dtype.kind not in "iub":
+        raise errors.UnsupportedDtypeError(
+            f"operand 'x' of 'nl.invert' must be integer typed, got {t._b.dtname} (bitwise NOT of integers)")
+    return E.elementwise("nl.invert", "bitwise_xor", t, -1, dtype, mask, line)
+
+
+def logical_not(x, dtype=np.bool_, mask=None, **kwargs) -> NkiTensor:
+    """NOT x: 1 where x is zero, else 0 (a logical XOR with 1 of x != 0; VectorE)."""
+    line = I.where()
+    t = I.tile(x, "x", "nl.logical_not")
+    dt = I.normalize_dtype(dtype) if dtype is not None else t._b.dtype
+    return I.compute("nl.logical_not", TS, (VECTOR,), "logical_xor", [("x", t)], t._shape, dt, mask,
+                     lambda a: (a == 0).astype(np.float32), line=line)
+
+
+def _lift(a, ndim: int):
+    """A (P, 1) operand array seen against an ndim-D tile (P, F1, F2...)."""
+    if isinstance(a, np.ndarray) and a.ndim < ndim:
+        return a.reshape(a.shape + (1,) * (ndim - a.ndim))
+    return a
+
+
+@emulation(APPROXIMATE, "priced as one VectorE tensor_tensor reading condition, x and y (the documentation does not "
+                        "say which instructions it lowers to)")
+def where(condition, x, y, dtype=None, mask=None, **kwargs) -> NkiTensor:
+    """x where condition is nonzero, else y; x and y tiles (broadcast like nl.add's operands: the
+    same partitions) or scalars."""
+    return E.select("nl.where", condition, x, y, dtype, mask, I.where())
+
+
+def var(x, axis, dtype=None, mask=None, **kwargs) -> NkiTensor:
+    """Variance (the mean of squared deviations) along free axes, the axes removed: a mean, a
+    subtract, a square and a mean, in fp32."""
+    line = I.where()
+    api = "nl.var"
+    x = I.tile(x, "x", api)
+    m = E.mean(api, x, axis, F32, mask, True, line)
+    d = E.elementwise(api, "subtract", x, m, F32, mask, line)
+    sq = E.unary_activation(api, "square", d, F32, mask, line)
+    return E.mean(api, sq, axis, dtype if dtype is not None else x._b.dtype, mask, False, line)
+
+
+def expand_dims(data, axis) -> NkiTensor:
+    """A view of `data` with new size-1 axes after its last one (the only position NKI supports)."""
+    t = I.tile(data, "data", "nl.expand_dims", (SBUF, PSUM, HBM))
+    axes = sorted(int(a) for a in (axis if isinstance(axis, (tuple, list)) else (axis,)))
+    n = len(t._shape)
+    if axes != list(range(n, n + len(axes))):
+        raise errors.IndexNotSupportedError(
+            f"nl.expand_dims inserts axes after the last index of the tile only (axis {n}"
+            f"{f' to {n + len(axes) - 1}' if len(axes) > 1 else ''} for data{list(t._shape)}), got axis={axis!r}")
+    if t._gat is not None:
+        raise errors.UnsupportedApiError(f"nl.expand_dims of a gathered (indirectly indexed) view of "
+                                         f"'{t._b.label}' is not supported by the emulator")
+    k = len(axes)
+    a = tuple(row + (0,) * k for row in t._a)
+    return _make(t._b, t._key, t._dims, t._dstr, t._base, t._c, a, t._shape + (1,) * k, (), None, t._alias)
+
+
+@emulation(APPROXIMATE, "RMS(x) = sqrt(sum(x**2 along axis) / n + epsilon), epsilon inside the square root as in "
+                        "RMSNorm (the documentation does not spell the formula out); a square, a sum, one ScalarE "
+                        "rsqrt and two multiplies")
+def rms_norm(x, w, axis, n, epsilon=1e-06, dtype=None, compute_dtype=None, mask=None, **kwargs) -> NkiTensor:
+    """x / RMS(x) * w, RMS along `axis` over `n` values; dtype and compute_dtype (the same, as
+    documented) set the computation's and the result's type."""
+    line = I.where()
+    api = "nl.rms_norm"
+    x = I.tile(x, "x", api)
+    if not is_int(n) or int(n) < 1:
+        raise errors.OperandTypeError(f"'n' of '{api}' must be a positive integer, got {n!r}")
+    cd = compute_dtype if compute_dtype is not None else dtype
+    cdt = I.normalize_dtype(cd) if cd is not None else F32
+    sq = E.unary_activation(api, "square", x, cdt, mask, line)
+    s = E.reduce(api, "add", sq, axis, cdt, mask, True, line)
+    r = E.activation(api, "rsqrt", s, float(epsilon), np.float32(1.0 / int(n)), mask, cdt, line)
+    y = E.elementwise(api, "multiply", x, r, cdt, mask, line)
+    return E.elementwise(api, "multiply", y, w, dtype if dtype is not None else x._b.dtype, mask, line)
+
+
+@emulation(APPROXIMATE, "per partition, the elements of data's flattened free dimensions at the uint32 indices, as "
+                        "documented; an out-of-bounds index is refused (the device returns garbage); priced as "
+                        "nisa.nc_n_gather (one GpSimd pass over the result)")
+def gather_flattened(data, indices, mask=None, dtype=None, **kwargs) -> NkiTensor:
+    """out[p, j...] = data[p].flat[indices[p, j...]]: the shape of indices, data's dtype (GpSimd)."""
+    line = I.where()
+    api = "nl.gather_flattened"
+    d, ix = I.tile(data, "data", api, (SBUF,)), I.tile(indices, "indices", api, (SBUF,))
+    for name, t in (("data", d), ("indices", ix)):
+        if not 2 <= len(t._shape) <= 4:
+            raise errors.MaxDimensionError(f"'{name}{list(t._shape)}' of '{api}' must have 2 to 4 dimensions")
+    box, wh = I.active(mask, ix._shape)
+    if box is not None or wh is not None:
+        raise errors.UnsupportedApiError(f"a masked '{api}' is not supported by the emulator")
+    return G.n_gather(api, d, ix, dtype, line)
+
+
+@emulation(APPROXIMATE, "the emulator runs one SPMD program, so the reduction over the program axes is x itself: "
+                        "a copy, priced as nl.copy (no collective traffic)")
+def all_reduce(x, op, program_axes, dtype=None, mask=None, parallel_reduce=True, asynchronous=False,
+               **kwargs) -> NkiTensor:
+    """op-reduce x over the SPMD programs along program_axes (one program here: a copy of x)."""
+    line = I.where()
+    api = "nl.all_reduce"
+    ops.alu_name(op, api)
+    t = I.tile(x, "x", api)
+    dt = I.normalize_dtype(dtype) if dtype is not None else t._b.dtype
+    return I.compute(api, COPY, (VECTOR, SCALAR), "copy", [("x", t)], t._shape, dt, mask, lambda a: a, line=line)
+
+
+# --- randomness -------------------------------------------------------------------------------------------
+
+_RANDOM = ("values from the emulator's generator (NumPy PCG64 seeded from VectorE's per-lane state, seed 0 at kernel "
+           "start, nl.random_seed reseeds it): reproducible, never the device's random stream")
+
+
+@emulation(APPROXIMATE, _RANDOM + "; priced as a VectorE memset")
+def rand(shape, dtype=np.float32, **kwargs) -> NkiTensor:
+    """A new SBUF tile of uniform random values in [0, 1)."""
+    dims, _ = _shape_and_pdim(shape, "nl.rand")
+    return RNG.rand2("nl.rand", dims, I.normalize_dtype(dtype), 0.0, 1.0, I.where())
+
+
+@emulation(APPROXIMATE, _RANDOM + "; a tile seed is priced as a one-element VectorE copy, a Python int records "
+                                  "no instruction")
+def random_seed(seed, mask=None, **kwargs) -> None:
+    """Seed the random number generator with a 32-bit value (a [1, 1] tile or an integer)."""
+    m = machine()
+    line = I.where()
+    if isinstance(seed, NkiTensor):
+        RNG.set_seed("nl.random_seed", seed, line)
+        return
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise errors.OperandTypeError(f"'seed' of 'nl.random_seed' must be a 32-bit integer or a [1, 1] tile, got "
+                                      f"{type(seed).__name__}")
+    if not m.shape_only:
+        w = RNG.WORDS[VECTOR]
+        RNG._state(VECTOR)[...] = np.random.SeedSequence(int(seed) & 0xFFFFFFFF).generate_state(
+            T.PMAX * w).reshape(T.PMAX, w)
+
+
+@emulation(APPROXIMATE, _RANDOM + "; each element is zeroed with probability rate and the others kept unscaled "
+                                  "(nisa.dropout's documented behaviour), priced as a VectorE tensor_scalar")
+def dropout(x, rate, dtype=None, mask=None, **kwargs) -> NkiTensor:
+    """x with each element zeroed with probability `rate`: a scalar, a tile with one element
+    (broadcast across x's partitions first, as nl.broadcast_to does) or a (P, 1) tile."""
+    line = I.where()
+    api = "nl.dropout"
+    t = I.tile(x, "x", api)
+    if isinstance(rate, NkiTensor):
+        r = I.tile(rate, "rate", api)
+        if T.prod(r._shape) == 1 and len(r._shape) == 2 and t._shape[0] != 1:
+            rate = E.broadcast("broadcast_to", r, (t._shape[0], 1), line)
+    return RNG.dropout(api, t, rate, dtype, mask, line)
+
+
 # Supported dtypes (NumPy dtypes; bf16 / fp8 from ml_dtypes, resolved on first use).
 float32 = np.float32
 float16 = np.float16
@@ -599,5 +793,9 @@ EXPORTS = [
     "matmul", "transpose", "broadcast_to",
     # SPMD / debug
     "program_id", "num_programs", "program_ndim", "device_print",
+    # more math, selection, statistics, randomness
+    "fmod", "mod", "ceil", "floor", "trunc", "tan", "erf_dx", "gelu_dx", "silu_dx", "gelu_apprx_sigmoid",
+    "invert", "logical_not", "where", "var", "expand_dims", "rms_norm", "gather_flattened", "all_reduce",
+    "rand", "random_seed", "dropout", "fp32",
 ]
 LAZY_EXPORTS = ["bfloat16", "float8_e4m3", "float8_e5m2", "float8_e4m3fn"]

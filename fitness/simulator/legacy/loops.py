@@ -10,18 +10,49 @@ from __future__ import annotations
 
 import builtins
 
+from .. import errors
 from ..core.loops import LoopRange, loop_range
 from ..core.runtime import current
 
 
-def affine_range(*args, **kwargs) -> LoopRange:
+class Directive:
+    """A loop directive of `neuronxcc.nki.compiler` (`no_reorder()`), passed as `directives=`."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"nki.compiler.{self.name}()"
+
+
+def no_reorder() -> Directive:
+    """`nki.compiler.no_reorder()`: "an OperationOrderGuard to prevent operation reordering" of
+    the loop's instructions (the performance model issues them in program order)."""
+    return Directive("no_reorder")
+
+
+def _directives(directives, api: str) -> tuple[str, ...]:
+    if directives is None:
+        return ()
+    items = directives if isinstance(directives, (list, tuple)) else (directives,)
+    for d in items:
+        if not isinstance(d, Directive):
+            raise errors.OperandTypeError(
+                f"'directives' of {api} must be loop directives of nki.compiler (nki.compiler.no_reorder()), "
+                f"got {d!r}")
+    return tuple(dict.fromkeys(d.name for d in items))
+
+
+def affine_range(*args, directives=None, **kwargs) -> LoopRange:
     """Parallel loop: iterations must not depend on each other (associative reductions aside)."""
-    return loop_range("affine", args, "nl.affine_range")
+    return loop_range("affine", args, "nl.affine_range", _directives(directives, "nl.affine_range"))
 
 
-def sequential_range(*args, **kwargs) -> LoopRange:
+def sequential_range(*args, directives=None, **kwargs) -> LoopRange:
     """Loop whose iterations may depend on earlier ones (loop-carried state)."""
-    return loop_range("sequential", args, "nl.sequential_range")
+    return loop_range("sequential", args, "nl.sequential_range", _directives(directives, "nl.sequential_range"))
 
 
 def static_range(*args, **kwargs) -> LoopRange:

@@ -56,6 +56,17 @@ developer's optimization choices" (`nki/deep-dives/nki-compiler.rst`): none of t
 above applies to it, and its program runs as written (its tensors are allocated where the
 author put them; a working set over SBUF is the author's error, not a spill). Its
 allocations in loop bodies rotate through buffers (`deps.py`).
+
+The same holds for a legacy kernel that asks neuronx-cc to keep its choices: under
+`@nki.compiler.skip_middle_end_transformations` the middle end (where these rewrites of the
+program belong: fusion, CSE and hoisting, rematerialisation, spills) does not run, and a
+kernel that places its tensors itself (direct allocation, `ncc.sbuf.mod_alloc` and the PSUM
+variants) has no storage the compiler could give a hoisted copy, a rematerialised load or a
+spill: "programmers can now bypass the compiler allocator and take full control of memory
+allocation" (NKI Direct Allocation Developer Guide). Both run as written; no document says
+which of these effects neuronx-cc would still apply to a directly allocated kernel without
+the decorator (every directly allocated kernel of the SDK, the attention tutorial's v9 and
+v10, also skips the middle end).
 """
 
 from __future__ import annotations
@@ -83,6 +94,7 @@ CSE_ROUNDS = 4
 # that size.
 MIN_SPILL_BYTES = 2048
 MIN_BLOCK_BYTES = 512     # nor tiles of a few values per partition (tiny, descriptor-bound DMAs)
+SKIP_MIDDLE_END = "skip_middle_end_transformations"   # trace.options: the program runs as written
 
 
 @dataclass
@@ -105,7 +117,7 @@ def apply(prog: Program, hw: Hardware, params: Params) -> CompilerReport:
     """Rewrite `prog` in place (ops, tensors, blocks) and report what changed; a
     current-dialect program is left as written (module doc)."""
     report = CompilerReport()
-    if prog.dialect == "current":
+    if prog.dialect == "current" or SKIP_MIDDLE_END in prog.options or prog.placed:
         return report
     report.fused_pairs = _fuse_scaled_pairs(prog)
     report.psum_broadcasts = _keep_broadcasts_in_psum(prog, hw)

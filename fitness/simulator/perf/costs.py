@@ -78,7 +78,11 @@ def _vector_cycles(op: Op, hw: Hardware, params: Params) -> float:
     else:
         a /= hw.vector_fp32_width_factor
     n = op.N * (2 if op.strided else 1)
-    return max(hw.min_ii_cycles, a * n) + params.vector_overhead_cycles
+    # tensor_scalar_reduce: a tensor_scalar whose result VectorE also reduces into a (P, 1)
+    # vector, "at a small additional performance cost" (documented: max(MIN_II, N) + MIN_II
+    # cycles), as activation_reduce's read-out on ScalarE is priced
+    extra = hw.min_ii_cycles if kind == tr.TS and "reduce" in op.func else 0
+    return max(hw.min_ii_cycles, a * n) + extra + params.vector_overhead_cycles
 
 
 def _scalar_cycles(op: Op, hw: Hardware, params: Params) -> float:

@@ -7,7 +7,9 @@ instance waits until the instance that last used its slot has been read for the 
 (trainium-perf-model.md §7.4 steps 4-5). Address edges model SBUF as one space: a tile is
 allocated before earlier, dead tiles are freed only within the room the live ones leave
 (`_capacity_edges`; measured: mamba v2's cliff on trn1 past 6144, the NKIBench mamba
-baseline at 7168). Every edge points backwards in program order.
+baseline at 7168). Every edge points backwards in program order. Directly allocated tensors
+have no slots of the compiler's: their accesses are physical (lowering.py), and the data edges
+between tiles on the same bytes are their rotation.
 
 Legacy kernels: neuronx-cc gives an allocation site in a sequential (or Python `range`) loop
 `sequential_buffers` copies (fitted). Current kernels: the NKI compiler rotates the addresses

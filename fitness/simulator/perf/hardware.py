@@ -128,7 +128,8 @@ TRN1 = Hardware(
     gpsimd_start_cycles=150,        # L-ISA GPSIMD_START
     partitions=128,
     sbuf_bytes_per_partition=192 * KIB,          # ARCH1: 24 MiB = 128 x 192 KiB
-    sbuf_reserved_bytes_per_partition=16 * KIB,  # L-ALLOC: byte_addr range leaves 176 KiB
+    # L-ALLOC: "16KiB is allocated for compiler internal usage", byte addresses leave 176 KiB
+    sbuf_reserved_bytes_per_partition=16 * KIB,  # (the emulator's usable SBUF: core.capacity)
     psum_bytes_per_partition=16 * KIB,           # ARCH1: 2 MiB = 128 x 16 KiB
     psum_banks=8,                                # ARCH1: 8 banks x 2 KiB
     dma_engines=16,                 # ARCH1: 32 per device, 16 per core
@@ -176,7 +177,8 @@ TRN2 = Hardware(
     gpsimd_start_cycles=150,
     partitions=128,
     sbuf_bytes_per_partition=224 * KIB,          # ARCH2: 28 MiB = 128 x 224 KiB
-    sbuf_reserved_bytes_per_partition=16 * KIB,  # assumed: same reserve as NeuronCore-v2
+    # assumed: same reserve as NeuronCore-v2 (no document gives this core's)
+    sbuf_reserved_bytes_per_partition=16 * KIB,
     psum_bytes_per_partition=16 * KIB,           # ARCH2: unchanged
     psum_banks=8,
     dma_engines=16,                 # DMABW: 128 per device, 16 per core
@@ -223,7 +225,8 @@ TRN3 = Hardware(
     gpsimd_start_cycles=150,        # assumed unchanged
     partitions=128,
     sbuf_bytes_per_partition=256 * KIB,          # ARCH3: 32 MiB = 128 x 256 KiB
-    sbuf_reserved_bytes_per_partition=16 * KIB,  # assumed: same reserve as NeuronCore-v2
+    # assumed: same reserve as NeuronCore-v2 (no document gives this core's)
+    sbuf_reserved_bytes_per_partition=16 * KIB,
     psum_bytes_per_partition=16 * KIB,           # ARCH3: PSUM "remains the same at 2 MiB"
     psum_banks=8,                                # MIG: 8 banks x 2 KiB per partition
     dma_engines=16,                 # DMABW table: 16 engines per NeuronCore on TRN3

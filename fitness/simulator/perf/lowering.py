@@ -7,6 +7,10 @@ ones-stationary matmuls into PSUM plus copies, per 512 columns. What happens her
 * every access is split into a *block* (one logical tile of an on-chip tensor: tensor id +
   block indices; or a whole HBM tensor) and a box inside it, which is what liveness, CSE and
   dependencies reason on; blocks are interned as ints for speed;
+* accesses of directly allocated tensors (`trace.placements`) become accesses of the physical
+  SBUF (one block: partitions x byte addresses) and PSUM banks (a block each), so tiles that
+  share bytes order each other as the hardware's one copy of them does (`_Physical`);
+* instructions of a loop with `directives=no_reorder()` are marked to issue in program order;
 * each instruction gets its candidate engines and whether the compiler may CSE/hoist it:
   loads, broadcasts, user transposes, plain copies and tensor_tensor may; the transposes and copies
   expanded from `nl.matmul` may not (measured: add_rmsnorm_matmul keeps one transpose per
@@ -77,6 +81,7 @@ class Op:
     hbm_write_kind: str = ""   # DMA: kind of the HBM tensor it writes ("" when it writes SBUF)
     hbm_read_bytes: int = 0    # DMA: bytes it reads from HBM
     hbm_write_bytes: int = 0   # DMA: bytes it writes to HBM
+    in_order: bool = False     # in a loop with directives=no_reorder(): issued in program order
 
 
 @dataclass
@@ -91,6 +96,8 @@ class Program:
     tensors: dict[int, TensorMeta]
     loops: dict[int, tr.Loop] = field(default_factory=dict)
     dialect: str = "legacy"     # the trace's: which compiler's effects apply (compiler.py)
+    options: tuple[str, ...] = ()   # the kernel's compiler flags (trace.options)
+    placed: bool = False        # some tensor is directly allocated (its accesses are physical)
     next_tensor_id: int = -1
     block_key: list[tuple] = field(default_factory=list)
     block_tensor: list[int] = field(default_factory=list)
@@ -151,11 +158,70 @@ def accesses(prog: Program, region: tr.Region, info: tr.TensorInfo) -> list[Acce
     return [(prog.block((region.tensor, blk)), inner) for blk in blocks]
 
 
+class _Physical:
+    """Accesses of directly allocated tensors (trace.placements) as accesses of the physical
+    memory: one block for SBUF (boxes: partitions x byte addresses) and one per PSUM bank
+    (partitions x bytes in the bank). Tiles of one tensor or of several that share addresses
+    then order each other as the hardware's one copy of those bytes does (data edges), which
+    is also what rotates a tensor's logical tiles through its physical tiles."""
+
+    def __init__(self, prog: Program, trace: tr.Trace):
+        self.prog = prog
+        self.placements = trace.placements
+        self.infos = trace.tensors
+        self.tids: dict[str, int] = {}
+        self.layout: dict[int, tuple] = {}
+        footprint = 0
+        for tid, pl in self.placements.items():
+            info = trace.tensors[tid]
+            if pl.memory == tr.SBUF:
+                local_bytes = math.prod(info.shape[info.partition_axis + 1:]) * info.itemsize
+                footprint = max([footprint] + [addr + local_bytes for _, addr in pl.tiles.values()])
+        for memory in sorted({pl.memory for pl in self.placements.values()}):
+            size = footprint if memory == tr.SBUF else 2048
+            self.tids[memory] = prog.new_tensor(TensorMeta(memory, max(size, 1), 1, "scratch", ("physical", memory),
+                                                           f"physical {memory}"))
+
+    def accesses(self, r: tr.Region) -> list[Access]:
+        info = self.infos[r.tensor]
+        pl = self.placements[r.tensor]
+        lay = self.layout.get(r.tensor)
+        if lay is None:
+            pa = info.partition_axis
+            local = info.shape[pa:]
+            strides, acc = [], 1
+            for n in reversed(local[1:]):
+                strides.append(acc)
+                acc *= n
+            lay = self.layout[r.tensor] = (pa, tuple(reversed(strides)), info.itemsize)
+        pa, strides, isz = lay
+        box = r.box
+        (plo, phi), free = box[pa], box[pa + 1:]
+        if phi <= plo or any(b <= a for a, b in free):
+            return []
+        first = sum(a * s for (a, _), s in zip(free, strides))
+        last = sum((b - 1) * s for (_, b), s in zip(free, strides))
+        out: list[Access] = []
+        tid = self.tids[pl.memory]
+        for key in itertools.product(*(range(a, b) for a, b in box[:pa])):
+            p0, addr = pl.tiles[key]
+            a0, a1 = addr + first * isz, addr + (last + 1) * isz
+            if pl.memory == tr.PSUM:
+                bank = addr // 2048
+                base = bank * 2048
+                out.append((self.prog.block((tid, (bank,))), ((p0 + plo, p0 + phi), (a0 - base, a1 - base))))
+            else:
+                out.append((self.prog.block((tid, ())), ((p0 + plo, p0 + phi), (a0, a1))))
+        return out
+
+
 def lower(trace: tr.Trace) -> Program:
     """Build the lowered program from an emulator trace (the trace is not modified)."""
     tensors = {tid: _meta(info) for tid, info in trace.tensors.items()}
-    prog = Program([], tensors, dict(trace.loops), trace.dialect)
+    prog = Program([], tensors, dict(trace.loops), trace.dialect, tuple(trace.options), bool(trace.placements))
     infos = trace.tensors
+    physical = _Physical(prog, trace) if trace.placements else None
+    in_order = {lid for lid, names in (trace.loop_directives or {}).items() if "no_reorder" in names}
     ops = prog.ops
     # Fast path of `accesses` for the common case (block dims indexed by integers).
     split = {tid: (info.partition_axis or 0) if info.memory != tr.HBM else 0
@@ -168,6 +234,8 @@ def lower(trace: tr.Trace) -> Program:
     seen: dict[int, list[Access]] = {}
 
     def split_region(r: tr.Region) -> list[Access]:
+        if physical is not None and r.tensor in physical.placements:
+            return physical.accesses(r)
         pa = split[r.tensor]
         box = r.box
         if pa == 0:
@@ -199,7 +267,10 @@ def lower(trace: tr.Trace) -> Program:
             if mem[b] == PSUM:
                 psum_out = True
                 break
-        ops.append(_op(ins, acc(ins.reads), writes, psum_out, infos, 4 * i))
+        op = _op(ins, acc(ins.reads), writes, psum_out, infos, 4 * i)
+        if in_order and any(lid in in_order for lid, _ in ins.loop_path):
+            op.in_order = True
+        ops.append(op)
     return prog
 
 

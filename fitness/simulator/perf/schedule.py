@@ -165,7 +165,9 @@ def schedule(prog: Program, preds: list[list[int]], hw: Hardware, params: Params
     free = dict.fromkeys(COMPUTE_ENGINES, 0.0)
     busy = dict.fromkeys(COMPUTE_ENGINES, 0.0)
     # Reordering window: an op may start in an idle gap of its engine after the start of
-    # the op `window` places before it on that engine (0: strictly in program order).
+    # the op `window` places before it on that engine (0: strictly in program order). An op
+    # of a loop with directives=nki.compiler.no_reorder() ("prevent operation reordering")
+    # starts after the ops before it on its engine, as with no window.
     window = int(params.reorder_window)
     lanes = {e: Timeline() for e in COMPUTE_ENGINES} if window else None
     recent: dict[str, deque] = {e: deque(maxlen=max(window, 1)) for e in COMPUTE_ENGINES}
@@ -272,6 +274,8 @@ def schedule(prog: Program, preds: list[list[int]], hw: Hardware, params: Params
             else:
                 r = recent[e]
                 lower = r[0] if len(r) == window and r[0] > ready else ready
+                if op.in_order and free[e] > lower:
+                    lower = free[e]   # no_reorder: after everything earlier on its engine
                 le = lanes[e].ends
                 s = lower if not le or lower >= le[-1] else lanes[e].earliest(lower, dur)
             if ports:

@@ -49,7 +49,7 @@ def kernel(x, w, z, g):
             nisa.tensor_tensor(dst=y, data1=x_tile, data2=z_tile, op=nl.add)
             sq = nl.ndarray((rs, K), dtype=f32, buffer=nl.sbuf)
             sum_sq = nl.ndarray((rs, 1), dtype=f32, buffer=nl.sbuf)
-            nisa.activation(dst=sq, op=nl.square, data=y, reduce_op=nl.add, reduce_res=sum_sq)
+            nisa.activation_reduce(dst=sq, op=nl.square, data=y, reduce_op=nl.add, reduce_res=sum_sq)
             inv_rms = nl.ndarray((rs, 1), dtype=f32, buffer=nl.sbuf)
             nisa.activation(dst=inv_rms, op=nl.rsqrt, data=sum_sq, scale=1.0 / K, bias=1e-5)
             y_norm = nl.ndarray((rs, K), dtype=x.dtype, buffer=nl.sbuf)

@@ -67,8 +67,8 @@ def kernel(lhs, rhs):
             nisa.tensor_reduce(dst=neg_max, op=nl.max, data=scores, axis=1, negate=True)
             probs = nl.ndarray((ms, N), dtype=nl.float32, buffer=nl.sbuf)
             row_sum = nl.ndarray((ms, 1), dtype=nl.float32, buffer=nl.sbuf)
-            nisa.activation(dst=probs, op=nl.exp, data=scores, bias=neg_max, scale=1.0,
-                            reduce_op=nl.add, reduce_res=row_sum)
+            nisa.activation_reduce(dst=probs, op=nl.exp, data=scores, bias=neg_max, scale=1.0,
+                                   reduce_op=nl.add, reduce_res=row_sum)
             inv_sum = nl.ndarray((ms, 1), dtype=nl.float32, buffer=nl.sbuf)
             nisa.reciprocal(dst=inv_sum, data=row_sum)
             res = nl.ndarray((ms, N), dtype=out.dtype, buffer=nl.sbuf)

@@ -73,8 +73,8 @@ def kernel(q, k, v):
                     nisa.tensor_scalar(dst=bias, data=bias, op0=nl.multiply, operand0=scale)
                     probs = nl.ndarray((qs, N), dtype=nl.float32, buffer=nl.sbuf)
                     row_sum = nl.ndarray((qs, 1), dtype=nl.float32, buffer=nl.sbuf)
-                    nisa.activation(dst=probs, op=nl.exp, data=scores, bias=bias, scale=scale,
-                                    reduce_op=nl.add, reduce_res=row_sum)
+                    nisa.activation_reduce(dst=probs, op=nl.exp, data=scores, bias=bias, scale=scale,
+                                           reduce_op=nl.add, reduce_res=row_sum)
                     inv_sum = nl.ndarray((qs, 1), dtype=nl.float32, buffer=nl.sbuf)
                     nisa.reciprocal(dst=inv_sum, data=row_sum)
 

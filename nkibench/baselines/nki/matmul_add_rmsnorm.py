@@ -79,7 +79,7 @@ def kernel(x, w, z, g):
             m0, ms = rows[t]
             squares = nl.ndarray((ms, N), dtype=nl.float32, buffer=nl.sbuf)
             sum_sq = nl.ndarray((ms, 1), dtype=nl.float32, buffer=nl.sbuf)
-            nisa.activation(dst=squares, op=nl.square, data=y[t], reduce_op=nl.add, reduce_res=sum_sq)
+            nisa.activation_reduce(dst=squares, op=nl.square, data=y[t], reduce_op=nl.add, reduce_res=sum_sq)
             mean_sq = nl.ndarray((ms, 1), dtype=nl.float32, buffer=nl.sbuf)
             nisa.tensor_scalar(dst=mean_sq, data=sum_sq, op0=nl.multiply, operand0=1.0 / N,
                                op1=nl.add, operand1=1e-5)

@@ -39,7 +39,7 @@ def kernel(x, w):
             nisa.dma_copy(dst=x_tile, src=x[r0:r0 + rs, 0:K])
             sq = nl.ndarray((rs, K), dtype=f32, buffer=nl.sbuf)
             sum_sq = nl.ndarray((rs, 1), dtype=f32, buffer=nl.sbuf)
-            nisa.activation(dst=sq, op=nl.square, data=x_tile, reduce_op=nl.add, reduce_res=sum_sq)
+            nisa.activation_reduce(dst=sq, op=nl.square, data=x_tile, reduce_op=nl.add, reduce_res=sum_sq)
             inv_rms = nl.ndarray((rs, 1), dtype=f32, buffer=nl.sbuf)
             nisa.activation(dst=inv_rms, op=nl.rsqrt, data=sum_sq, scale=1.0 / K)
             x_norm = nl.ndarray((rs, K), dtype=x.dtype, buffer=nl.sbuf)

@@ -125,7 +125,8 @@ def test_evaluation_llm_and_budget_sections_are_the_settings_types_fields():
     evaluation = asdict(cfg.evaluation)
     assert {evaluation.pop("heldout_seeds"), evaluation.pop("heldout")} == {2, "secret"}
     assert evaluation.pop("cascade") == "latency_first"   # the engine's: which children it has judged
-    assert evaluation == {k: v for k, v in defaults(EvalSettings).items() if k != "heldout_seeds"}
+    # kernel_file is the file `eval` read its kernel from, not a setting
+    assert evaluation == {k: v for k, v in defaults(EvalSettings).items() if k not in ("heldout_seeds", "kernel_file")}
     llm = asdict(cfg.llm)
     assert set(llm.pop("roles")) == set(cfgmod.LLM_ROLES)
     assert llm == {k: v for k, v in defaults(LLMSettings).items() if k != "roles"}
@@ -169,3 +170,17 @@ def test_cascade_settings_and_what_run_folders_of_earlier_releases_resume_with()
     for bad, key in (('evaluation.cascade="lazy"', "evaluation.cascade"), ('selection.incorrect="x"', "selection.incorrect")):
         with pytest.raises(UserError, match=rf"config key '{key}' must be one of"):
             cfgmod.resolve(sets=[bad])
+
+
+def test_kernel_paths_leave_earlier_hashes_alone_and_must_be_folders(tmp_path):
+    cfg = cfgmod.resolve()
+    assert cfg.evaluation.kernel_paths == []
+    # the default is left out of the hash, as if the setting did not exist (earlier run folders)
+    assert cfg.hash() == cfg.hash(omit=["evaluation.kernel_paths"])
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    with_paths = cfgmod.resolve(sets=[f'evaluation.kernel_paths=["{lib}"]'])
+    assert with_paths.hash() != cfg.hash()
+    assert cfgmod.evaluation_settings(with_paths).kernel_paths == (str(lib.resolve()),)
+    with pytest.raises(UserError, match=r"config key 'evaluation.kernel_paths' '.*nope' is not a folder"):
+        cfgmod.resolve(sets=[f'evaluation.kernel_paths=["{tmp_path / "nope"}"]'])

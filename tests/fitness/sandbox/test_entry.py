@@ -60,3 +60,35 @@ def test_kernel_is_kept_as_it_is_and_unknown_functions_are_named():
         select(FILE, "third")
     with pytest.raises(EntryError, match="does not parse"):
         select("def (", "x")
+
+
+def test_a_class_the_function_uses_and_the_future_import_are_kept():
+    src = select('''from __future__ import annotations
+import os
+import nki
+import nki.language as nl
+from dataclasses import dataclass
+
+os.environ["X"] = "1"
+
+
+@dataclass
+class Tiles:
+    rows: int = 128
+
+    def count(self, n: int) -> int:
+        return n // self.rows
+
+
+class Unused:
+    pass
+
+
+@nki.jit
+def third(x):
+    return Tiles().count(x.shape[0])
+''', "third")
+    assert src.startswith("from __future__ import annotations\n")
+    assert "class Tiles:" in src and "from dataclasses import dataclass" in src and "@dataclass" in src
+    assert "class Unused" not in src and "import os" not in src
+    assert policy.review(src) == policy.Review("current", [])

@@ -32,7 +32,8 @@ def test_kernel_without_imports_uses_the_conventional_aliases():
 
 
 @pytest.mark.parametrize("body, words", [
-    ("import os\n", "'os'"),
+    ("import posix\n", "'posix'"),
+    ("import os.system\n", "'os.system'"),
     ("import gc\n", "'gc'"),
     ("import subprocess as sp\n", "'subprocess'"),
     ("from socket import socket\n", "'socket'"),
@@ -41,7 +42,7 @@ def test_kernel_without_imports_uses_the_conventional_aliases():
     ("import builtins\n", "'builtins'"),
     ("import pickle\n", "'pickle'"),
     ("import inspect\n", "'inspect'"),
-    ("import sys\n", "'sys'"),
+    ("from sys import modules\n", "sys.modules"),
     ("import json\n", "'json'"),
     ("from . import x\n", "relative"),
     ("from numpy import *\n", "import *"),
@@ -79,7 +80,10 @@ def test_forbidden_imports(body, words):
     ("del nl.load\n", "assigning or deleting"),
     ("m = np\n", "may only be used as np.NAME"),
     ("f(nl)\n", "may only be used as nl.NAME"),
-    ("class A:\n    pass\n", "class definitions"),
+    ("class A(metaclass=M):\n    pass\n", "class keywords (metaclass=)"),
+    ("class A:\n    def __init_subclass__(cls):\n        pass\n", "special function name '__init_subclass__'"),
+    ("class A:\n    def __array_ufunc__(self, *a):\n        pass\n", "special function name '__array_ufunc__'"),
+    ("class A:\n    __slots__ = ()\n", "special name '__slots__'"),
     ("try:\n    x = 1\nexcept Exception:\n    pass\n", "try/except"),
     ("def __getattr__(name):\n    return 1\n", "special function name"),
     ("g = (i for i in [1])\nf = g.gi_frame.f_globals\n", "'gi_frame'"),
@@ -170,4 +174,81 @@ def test_a_source_importing_both_dialects_is_refused_with_one_line():
 @pytest.mark.parametrize("header, modules", [(HEADER, "the neuronxcc.nki modules"), (CURRENT_HEADER, "the nki modules")])
 def test_forbidden_import_messages_name_the_dialects_modules(header, modules):
     found = policy.check(header + "import json\n")
-    assert found and found[0].what.endswith(f"a kernel may import only numpy, math and {modules})")
+    assert found and found[0].what.endswith(
+        f"a kernel may import only numpy, math, typing, enum, dataclasses, functools, os and sys (host-free "
+        f"stand-ins) and {modules})")
+
+
+# -- os and sys as host-free stand-ins; `object` in annotations ------------------------------------
+
+CURRENT_LIB = "import nki.language as nl\n"
+
+
+def test_the_os_and_sys_stand_ins_are_accepted_for_what_logging_helpers_use():
+    src = CURRENT_LIB + (
+        "import os\nimport sys\nimport os.path\nfrom os.path import join\nfrom os import environ, getenv\n"
+        "LEVEL = os.environ.get('NKILIB_LOG_LEVEL', 'INFO')\nFOUND = [k for k, v in os.environ.items()]\n"
+        "X = os.getenv('X')\nNAME = os.path.splitext(os.path.basename('a/b.py'))[0] + join('a', 'b')\n"
+        "print('warning', file=sys.stderr)\nsys.stdout.flush()\nOLD = sys.version_info.major < 3\n"
+        "BIG = sys.maxsize\n")
+    assert policy.check(src) == []
+
+
+@pytest.mark.parametrize("body, words", [
+    ("import os\nos.system('ls')\n", "os.system (os.system) is not available to kernels"),
+    ("import os\nf = os.fdopen(3, 'w')\n", "os.fdopen"),
+    ("from os import fdopen\n", "os.fdopen is not available"),
+    ("import os\nos.environ['X'] = 'y'\n", "assigning or deleting an item of 'os.environ'"),
+    ("import os\ndel os.environ['X']\n", "assigning or deleting an item of 'os.environ'"),
+    ("import os\nos.environ.update(X='y')\n", "os.environ.update"),
+    ("import os\nos.environ.copy()\n", "(only get, items, keys, values)"),
+    ("import os\nos.path.exists('/etc')\n", "os.path.exists"),
+    ("from os.path import realpath\n", "os.path.realpath is not available"),
+    ("import sys\nm = sys.modules\n", "sys.modules"),
+    ("import sys\nf = sys._getframe(0)\n", "private attribute '_getframe'"),
+    ("import sys\nb = sys.stderr.buffer\n", "sys.stderr.buffer"),
+    ("import sys\nsys.stderr = None\n", "of the module 'sys'"),
+    ("import os\nm = os\n", "may only be used as os.NAME"),
+    ("import os\ne = os.environ.get.__self__\n", "special attribute '__self__'"),
+    ("import posix\n", "'posix'"),
+    ("x = nl.os\n", "the attribute 'os' is not allowed"),
+])
+def test_the_rest_of_os_and_sys_is_refused_with_the_line(body, words):
+    found = policy.check(CURRENT_LIB + body)
+    assert found and any(words in v.what for v in found), found
+    assert found[0].line >= 2 and found[0].code
+
+
+def test_object_is_allowed_as_an_annotation_only():
+    src = CURRENT_LIB + ("from dataclasses import dataclass\n\n@dataclass\nclass View:\n    dtype: object\n"
+                         "    input: nl.ndarray = None\n\ndef f(x: object) -> object:\n    y: object = x\n"
+                         "    return y\n")
+    assert policy.check(src) == []
+    for body, line in (("x = object\n", 2), ("class A:\n    d: object = object\n", 3),
+                       ("def f(x=object):\n    return x\n", 2), ("y: int = object()\n", 2)):
+        found = policy.check(CURRENT_LIB + body)
+        assert found and found[0].line == line and "'object' is not allowed" in found[0].what, (body, found)
+
+
+@pytest.mark.parametrize("body, ok", [
+    ("__all__ = ['f']\n", True),
+    ("class W:\n    __name__: str = 'kernel'\n", True),
+    ("def f():\n    __all__ = 1\n", False),
+    ("x = __all__\n", False),
+    ("class W:\n    __class__ = int\n", False),
+    ("try:\n    x = {}['a']\nexcept KeyError:\n    x = None\n", True),
+    ("try:\n    x = 1\nexcept (KeyError, Exception):\n    pass\n", False),
+    ("try:\n    x = {}['a']\nexcept KeyError:\n    pass\nfinally:\n    pass\n", False),
+    ("try:\n    x = 1\nexcept:\n    pass\n", False),
+])
+def test_declared_special_names_and_key_lookups(body, ok):
+    found = policy.check(CURRENT_LIB + body)
+    assert (found == []) == ok, found
+
+
+def test_a_current_source_may_take_annotation_types_from_the_legacy_typing_module():
+    src = CURRENT_LIB + "import neuronxcc.nki.typing as nt\n\ndef k(out: nt.mutable_tensor):\n    return out\n"
+    verdict = policy.review(src)
+    assert verdict.dialect == "current" and verdict.violations == []
+    mixed = CURRENT_LIB + "import neuronxcc.nki.language as old\n"
+    assert policy.review(mixed).dialect is None
