@@ -1,6 +1,6 @@
 """model-check: the performance model against real trn1 measurements, kernel by kernel.
 
-Two measurement formats are read (`load_cases` tells them apart):
+Three measurement formats are read (`load_cases` tells them apart):
 * NKIBench (`trn1_measurements.json`): `cases`, each naming a baseline kernel, a NumPy
   reference module of the official NKIBench folder and a measured neuron-profile row;
 * variants (`trn1-variants/measurements.json`): `points`, each naming a kernel file beside
@@ -9,6 +9,13 @@ Two measurement formats are read (`load_cases` tells them apart):
   `variants_document` writes this format). Several kernels measured at one shape are versions
   of one computation: their pairwise ranking and speedup ratios are what an optimizer's
   fitness must get right.
+* series (`trn1-variants/flash-attention/measured.json`): successive versions of one kernel,
+  each a function of one kernel file beside the series file, measured at several shapes:
+  `p50_us` (or `latency_us`) maps version -> {shape value: microseconds or null (not
+  measured)}, `seqlens` lists the shape values (the reference module's constant `S`; another
+  constant with `shape_constant`); `kernel` and `reference` name the two files (default: the
+  folder's `reference.py` and its one other `.py`). What matters is each consecutive pair of
+  versions at one shape (`series_pairs`): is the change ordered right, and by how much.
 The kernel is traced shape-only by the emulator, the model predicts it, and the prediction is
 compared with the measured latency (and counters, where measured).
 
@@ -21,6 +28,7 @@ the pairwise figures) are those held-out ones; `in_sample_ms` uses the fit on ev
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import hashlib
 import importlib.util
@@ -67,10 +75,12 @@ class Case:
     reference: Path
     measured: dict[str, Any]
     shape: dict[str, int] | None = None
+    function: str | None = None   # the kernel function (series); None: the file's `kernel`
+    version: int = 0              # position in its series (series only)
 
     @property
     def kernel_name(self) -> str:
-        return self.kernel.stem
+        return self.function or self.kernel.stem
 
     @property
     def shape_label(self) -> str:
@@ -88,9 +98,11 @@ def load_cases(measurements_path: str | Path, suite_dir: str | Path | None = Non
         suite = Path(suite_dir) if suite_dir else path.parent
         return [Case(name, c["problem"], suite / c["kernel"], suite / c["reference"], c["baseline"])
                 for name, c in data["cases"].items()]
+    if SERIES_KEYS & set(data):
+        return load_series(path, data)
     if "points" not in data:
-        raise ValueError(f"{path}: neither an NKIBench ('cases') nor a variants ('points') "
-                         f"measurements file")
+        raise ValueError(f"{path}: neither an NKIBench ('cases'), a variants ('points') nor a series "
+                         f"('p50_us') measurements file")
     suite = _variants_suite(path, suite_dir)
     out = []
     for p in data["points"]:
@@ -101,6 +113,60 @@ def load_cases(measurements_path: str | Path, suite_dir: str | Path | None = Non
                     {"latency": float(p["latency_ms"]), **counters}, shape)
         out.append(dataclasses.replace(case, name=f"{case.kernel_name}@{case.shape_label}"))
     return out
+
+
+SERIES_KEYS = {"p50_us", "latency_us"}
+US_PER_MS = 1000.0
+
+
+def load_series(path: Path, data: dict[str, Any]) -> list[Case]:
+    """The measured cells of a series file (module doc), version by version in file order."""
+    table = next(data[k] for k in ("p50_us", "latency_us") if k in data)
+    if data.get("unit", "us") != "us":
+        raise ValueError(f"{path}: a series is measured in microseconds ('unit': 'us'), not {data['unit']!r}")
+    constant = str(data.get("shape_constant", "S"))
+    reference = path.parent / data.get("reference", "reference.py")
+    if "kernel" in data:
+        kernel = path.parent / data["kernel"]
+    else:
+        others = sorted(p for p in path.parent.glob("*.py") if p != reference)
+        if len(others) != 1:
+            raise ValueError(f"{path}: name the series' kernel file ('kernel'): {len(others)} candidates beside it")
+        kernel = others[0]
+    for f in (kernel, reference):
+        if not f.is_file():
+            raise ValueError(f"{path}: series file names {f.name}, which is not beside it")
+    problem = str(data.get("problem", kernel.stem))
+    shapes = [int(v) for v in data.get("seqlens", [])]
+    functions = _functions(kernel)
+    out = []
+    for version, (label, cells) in enumerate(table.items()):
+        function = _version_function(label, functions, kernel)
+        for value in shapes or sorted(int(k) for k in cells):
+            us = cells.get(str(value))
+            if us is None:
+                continue   # not measured (failed where it was measured)
+            case = Case("", problem, kernel, reference, {"latency": float(us) / US_PER_MS}, {constant: value},
+                        function=function, version=version)
+            out.append(dataclasses.replace(case, name=f"{function}@{case.shape_label}"))
+    if not out:
+        raise ValueError(f"{path}: a series without any measured cell")
+    return out
+
+
+def _functions(path: Path) -> list[str]:
+    return [n.name for n in ast.parse(path.read_text(), str(path)).body if isinstance(n, ast.FunctionDef)]
+
+
+def _version_function(label: str, functions: list[str], kernel: Path) -> str:
+    """The kernel function a series' version label names: the function of that name, else the
+    one function whose name ends with `_<label>` (version `v3` -> `attn_fwd_v3`)."""
+    if label in functions:
+        return label
+    matches = [f for f in functions if f.endswith("_" + label)]
+    if len(matches) != 1:
+        raise ValueError(f"series version {label!r}: {kernel.name} has {len(matches)} functions named *_{label}")
+    return matches[0]
 
 
 def variants_document(target: str, about: str, source: str, points: list[dict[str, Any]]) -> dict[str, Any]:
@@ -177,12 +243,13 @@ def trace_case(case: Case, cache_dir: str | Path | None = None) -> tr.Trace:
     source = case.kernel.read_text()
     cached = None
     if cache_dir is not None:
-        key = hashlib.sha256(json.dumps([tr.FORMAT, source, case.reference.read_text(), case.shape],
+        key = hashlib.sha256(json.dumps([tr.FORMAT, source, case.reference.read_text(), case.shape, case.function],
                                         sort_keys=True).encode()).hexdigest()[:16]
         cached = Path(cache_dir, f"{case.problem}-{case.kernel_name}-{key}.pkl")
         if cached.is_file():
             return pickle.loads(cached.read_bytes())
-    trace = run_kernel(source, kernel_args(case), filename=str(case.kernel), shape_only=True).trace
+    trace = run_kernel(source, kernel_args(case), filename=str(case.kernel), kernel_name=case.function or "kernel",
+                       shape_only=True).trace
     if cached is not None:
         # Written aside and renamed: processes sharing the folder never read half a file.
         cached.parent.mkdir(parents=True, exist_ok=True)
@@ -236,6 +303,8 @@ def fold_params(case: Case, base: Params, calibration: Calibration | None = None
     if case.name in trained and trained[case.name] != case_fingerprint(case):
         return None
     fold = folds.get(case.problem)
+    if fold is None and case.function is not None and not any(n.startswith(case.problem) for n in trained):
+        return base   # a series of a family the fit never saw: the parameters fitted on everything hold it out
     return None if fold is None else base.replace(**fold)
 
 
@@ -280,11 +349,17 @@ def model_check(measurements_path: str | Path, suite_dir: str | Path | None = No
         row["model_seconds"] = time.perf_counter() - t1
         rows.append(row)
         del trace
-    pairs = pair_rows(rows)
+    series = any(c.function for c in cases)
+    if series:
+        for case, row in zip(cases, rows):
+            row["version"] = case.version
+    pairs = series_pairs(rows) if series else pair_rows(rows)
     held_label = "leave-family-out" if any(c.shape for c in cases) else "leave-one-out"
+    summary = summarize(rows, target, hw.calibrated or calibration is not None, pairs, held_label)
+    if series:
+        summary.update(series_summary(rows, pairs))
     return {"cases": rows, "pairs": pairs,
-            "summary": {**summarize(rows, target, hw.calibrated or calibration is not None, pairs, held_label),
-                        "calibration": calibration.label if calibration else "shipped"}}
+            "summary": {**summary, "calibration": calibration.label if calibration else "shipped"}}
 
 
 def ranked_right(measured_ratio: float, predicted_ratio: float) -> bool:
@@ -323,6 +398,38 @@ def pair_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                                 in_sample_ranked_right=ranked_right(meas, ins))
                 pairs.append(pair)
     return pairs
+
+
+WITHIN = 0.15   # a predicted speedup within 15% of the measured one counts as right in size
+
+
+def series_pairs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each consecutive pair of versions measured at one shape (a version not measured there
+    is skipped: v8 -> v11 when v9 and v10 failed), with the speedup of the later version."""
+    by_shape: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        by_shape.setdefault(r["shape"], []).append(r)
+    pairs = []
+    for shape, group in by_shape.items():
+        group = sorted(group, key=lambda r: r["version"])
+        for a, b in zip(group, group[1:]):
+            meas = a["measured_ms"] / b["measured_ms"]
+            pred = a["predicted_ms"] / b["predicted_ms"]
+            pairs.append({"problem": a["problem"], "shape": shape, "first": a["name"], "second": b["name"],
+                          "measured_speedup": meas, "predicted_speedup": pred, "speedup_error": pred / meas - 1,
+                          "ranked_right": ranked_right(meas, pred), "within": abs(pred / meas - 1) <= WITHIN})
+    return pairs
+
+
+def series_summary(rows: list[dict[str, Any]], pairs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The series figures: pairs within 15%, and Spearman of the versions at each shape."""
+    per_shape = {}
+    for shape in dict.fromkeys(r["shape"] for r in rows):
+        group = [r for r in rows if r["shape"] == shape]
+        if len(group) > 1:
+            per_shape[shape] = spearman([r["measured_ms"] for r in group], [r["predicted_ms"] for r in group])
+    return {"pairs_within": sum(p["within"] for p in pairs), "pairs_ranked_right": sum(p["ranked_right"] for p in pairs),
+            "spearman_per_shape": per_shape}
 
 
 def summarize(rows: list[dict[str, Any]], target: str, calibrated_target: bool,
@@ -418,6 +525,10 @@ def format_model_check(result: dict[str, Any]) -> str:
         lines.append(f"same-shape pairs ({s['figures']}): {s['pairs']}, ranked right "
                      f"{100 * s['pairwise_ranking_accuracy']:.0f}%, max |speedup error| "
                      f"{100 * s['max_abs_speedup_error']:.1f}%")
+    if "spearman_per_shape" in s:
+        lines.append(f"consecutive versions: {s['pairs']} pairs, ordered right {s['pairs_ranked_right']}, speedup "
+                     f"within {100 * WITHIN:.0f}% {s['pairs_within']}; Spearman per shape: "
+                     + ", ".join(f"{k} {v:.3f}" for k, v in s["spearman_per_shape"].items()))
     if "in_sample_median_abs_rel_error" in s:
         line = (f"final calibration (fit on everything): median |error| "
                 f"{100 * s['in_sample_median_abs_rel_error']:.1f}%, "
