@@ -57,8 +57,14 @@ uint8, uint16, uint32 = np.uint8, np.uint16, np.uint32
 bool_ = np.bool_
 
 
-class tile_size:
-    """Hardware tile limits (trn2, NeuronCore-v3)."""
+def _sbuf_usable() -> int:
+    """SBUF bytes per partition left to kernels on the running kernel's target (trn1 outside a run)."""
+    m = current()
+    return m.capacity.sbuf_usable_bytes if m is not None else T.SBUF_USABLE_BYTES
+
+
+class _TileSize:
+    """Hardware tile limits (`nl.tile_size`); the SBUF figures are the running target's."""
 
     pmax = 128
     psum_fmax = 512
@@ -70,10 +76,25 @@ class tile_size:
     bn_stats_fmax = 512
     psum_min_align = 4
     sbuf_min_align = 1
-    sbuf_fmax_bytes = T.SBUF_USABLE_BYTES
-    sbuf_fmax = T.SBUF_USABLE_BYTES // 4
-    sbuf_size_bytes = T.SBUF_USABLE_BYTES * 128
-    total_available_sbuf_size = T.SBUF_USABLE_BYTES
+
+    @property
+    def sbuf_fmax_bytes(self) -> int:
+        return _sbuf_usable()
+
+    @property
+    def sbuf_fmax(self) -> int:
+        return _sbuf_usable() // 4
+
+    @property
+    def sbuf_size_bytes(self) -> int:
+        return _sbuf_usable() * 128
+
+    @property
+    def total_available_sbuf_size(self) -> int:
+        return _sbuf_usable()
+
+
+tile_size = _TileSize()
 
 
 # --- creation ----------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from ..core import subscript as S
 from ..core import tensor as T
 from ..core.coverage import Coverage
 from ..core.indexing import arange, broadcast_shapes, ds, is_int, mgrid  # noqa: F401 (re-exported as nl.*)
-from ..core.runtime import LoopIndex, machine, no_method
+from ..core.runtime import LoopIndex, current, machine, no_method
 from ..core.tensor import NkiTensor, _make
 from ..emulation import APPROXIMATE, emulation
 from ..trace import (
@@ -77,8 +77,9 @@ class par_dim(int):
         return f"par_dim({int(self)})"
 
 
-class tile_size:
-    """Hardware tile limits (trn1 / NeuronCore-v2)."""
+class _TileSize:
+    """Hardware tile limits (`nl.tile_size`, NeuronCore-v2); the SBUF size is the running
+    target's."""
 
     pmax = 128
     psum_fmax = 512
@@ -86,7 +87,14 @@ class tile_size:
     gemm_moving_fmax = 512
     bn_stats_fmax = 512
     psum_part_max = 128
-    total_available_sbuf_size = T.SBUF_USABLE_BYTES * 128
+
+    @property
+    def total_available_sbuf_size(self) -> int:
+        m = current()
+        return (m.capacity.sbuf_usable_bytes if m is not None else T.SBUF_USABLE_BYTES) * 128
+
+
+tile_size = _TileSize()
 
 
 # --- creation ------------------------------------------------------------------------------------------

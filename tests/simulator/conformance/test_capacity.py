@@ -292,3 +292,25 @@ def kernel(x):
     np.testing.assert_array_equal(run_kernel(src.replace("BASE", str(base)), [x], target="trn2").outputs, x)
     with pytest.raises(errors.DirectAllocationError, match="on trn1"):
         run_kernel(src.replace("BASE", str(base)), [x], target="trn1")
+
+
+@pytest.mark.parametrize("target, usable", [("trn1", 176 * 1024), ("trn2", 208 * 1024), ("trn3", 240 * 1024)])
+def test_tile_size_gives_the_running_targets_sbuf(target, usable):
+    """`nl.tile_size`'s SBUF figures are those of the target the kernel runs on (kernels size
+    their buffers by them: the NKI Library's `total_available_sbuf_size`)."""
+    current = ("import nki\nimport nki.language as nl\nimport nki.isa as nisa\n\n@nki.jit\ndef kernel(x):\n"
+               "    n = nl.tile_size.total_available_sbuf_size + nl.tile_size.sbuf_fmax_bytes\n"
+               "    out = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.shared_hbm)\n"
+               "    t = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)\n"
+               "    nisa.memset(dst=t, value=n)\n"
+               "    nisa.dma_copy(dst=out, src=t)\n"
+               "    return out\n")
+    legacy = ("import neuronxcc.nki as nki\nimport neuronxcc.nki.language as nl\n\n@nki.jit\ndef kernel(x):\n"
+              "    out = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.shared_hbm)\n"
+              "    nl.store(out, value=nl.full((1, 1), nl.tile_size.total_available_sbuf_size // 128, nl.int32))\n"
+              "    return out\n")
+    x = np.zeros((1, 1), np.float32)
+    def value(src):
+        return int(np.asarray(run_kernel(src, [x], target=target).outputs).reshape(-1)[0])
+    assert value(current) == 2 * usable
+    assert value(legacy) == usable
