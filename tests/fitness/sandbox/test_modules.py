@@ -183,10 +183,10 @@ def test_another_modules_imports_are_out_of_reach(library):
     # a method of the kernel's own class called on an emulator tensor: its storage stays out of reach
     ("    b = Box.peek(x)", "access to the private attribute '_b' of a NkiTensor is not allowed"),
     ("    Box.poke(x)", "assigning or deleting the attribute 'shape' of a NkiTensor is not allowed"),
-    ("    t = nl.tile_size\n    t.pmax = 512", "assigning or deleting the attribute 'pmax' of the class tile_size"),
+    ("    t = nl.tile_size\n    t.pmax = 512", "assigning or deleting the attribute 'pmax' of a _TileSize"),
     ("    e = nl.exp\n    e._hidden = 1", "assigning or deleting the attribute '_hidden'"),
     # a class of the kernel's may not derive from an emulator class
-    ("    class Mine(nl.tile_size):\n        pass", "class Mine derives from tile_size"),
+    ("    class Mine(nl.tile_size):\n        pass", "class Mine derives from _TileSize"),
     # the functional Enum API defines attributes by name, special ones too
     ("    E = Mode('E', [('__eq__', 1)])", "the functional Enum API"),
 ])
