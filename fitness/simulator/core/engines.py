@@ -533,3 +533,13 @@ def select(api: str, condition, x, y, dtype, mask, line: int) -> NkiTensor:
         b = _lift(rest.pop(0), n) if yt else ys
         return np.where(_lift(cond, n) != 0, a, b)
     return I.compute(api, TT, (VECTOR,), "select", tiles, out, dt, mask, fn, line=line)
+
+
+def variance(api: str, x, axis, dtype, mask, keepdims: bool, line: int) -> NkiTensor:
+    """nl.var of both dialects: the mean of squared deviations along free axes, in fp32 (a
+    mean, a subtract, a square and a mean), in `dtype` (default: x's)."""
+    x = I.tile(x, "x", api)
+    m = mean(api, x, axis, F32, mask, True, line)
+    d = elementwise(api, "subtract", x, m, F32, mask, line)
+    sq = unary_activation(api, "square", d, F32, mask, line)
+    return mean(api, sq, axis, dtype if dtype is not None else x._b.dtype, mask, keepdims, line)

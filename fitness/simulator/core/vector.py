@@ -37,14 +37,9 @@ CMD_NAMES = {IDLE: "idle", RESET: "reset", REDUCE: "reduce", RESET_REDUCE: "rese
 
 # --- helpers shared by the new instruction modules -------------------------------------------------
 
-def instruction(api: str, kind: str, engines: tuple[str, ...], func: str, operands: Sequence[tuple[str, object]],
-                out_shape: tuple[int, ...], out_dtype: np.dtype, fn: Callable, line: int, *,
-                free: int | None = None, memories=I.ONCHIP, partitions: int | None = None) -> NkiTensor:
-    """An unmasked instruction into a fresh SBUF tile of `out_shape`: `fn(*arrays)` on the fp32
-    (or, for `("name", tile, "raw")` operands, unconverted) arrays of the tile operands; `free`
-    (default: the result's elements per partition) is the work per partition the trace prices."""
-    m = machine()
-    out_shape = tuple(int(n) for n in out_shape)
+def _operands(operands: Sequence[tuple[str, object]], api: str, memories=I.ONCHIP) -> tuple[list, list, list]:
+    """(operand views or scalars, the tile operands, which are `raw`) of an instruction's
+    `(name, value[, "raw"])` operands; each tile checked in its memory and bounds."""
     views, tiles, raw = [], [], []
     for op in operands:
         name, x = op[0], op[1]
@@ -58,10 +53,26 @@ def instruction(api: str, kind: str, engines: tuple[str, ...], func: str, operan
         else:
             views.append(x)
             raw.append(False)
+    return views, tiles, raw
+
+
+def _arrays(views: list, raw: list) -> list:
+    """The operands' values: fp32 arrays of the tiles (as stored when raw), scalars as given."""
+    return [(T.array(v) if r else I.fp32(v)) if isinstance(v, NkiTensor) else v for v, r in zip(views, raw)]
+
+
+def instruction(api: str, kind: str, engines: tuple[str, ...], func: str, operands: Sequence[tuple[str, object]],
+                out_shape: tuple[int, ...], out_dtype: np.dtype, fn: Callable, line: int, *,
+                free: int | None = None, memories=I.ONCHIP, partitions: int | None = None) -> NkiTensor:
+    """An unmasked instruction into a fresh SBUF tile of `out_shape`: `fn(*arrays)` on the fp32
+    (or, for `("name", tile, "raw")` operands, unconverted) arrays of the tile operands; `free`
+    (default: the result's elements per partition) is the work per partition the trace prices."""
+    m = machine()
+    out_shape = tuple(int(n) for n in out_shape)
+    views, tiles, raw = _operands(operands, api, memories)
     res = I.new_result(out_shape, out_dtype, SBUF, kind, line)
     if not m.shape_only and 0 not in out_shape:
-        arrays = [(T.array(v) if r else I.fp32(v)) if isinstance(v, NkiTensor) else v for v, r in zip(views, raw)]
-        value = fn(*arrays)
+        value = fn(*_arrays(views, raw))
         I.store_result(res, np.asarray(value).reshape(out_shape) if np.shape(value) != out_shape else value, None)
     I.record(m, kind, api, engines, res, res, None, None, tiles, line, func, free=free, partitions=partitions)
     return res
@@ -96,23 +107,10 @@ def in_place(api: str, kind: str, engines: tuple[str, ...], func: str, dst: NkiT
             f"Expected operand 'dst' of '{api}' to be in address space 'sbuf|psum', but got a tile in "
             f"'{dst._b.memory}' instead")
     T.check_bounds(dst)
-    views, tiles, raw = [], [], []
-    for op in operands:
-        name, x = op[0], op[1]
-        if isinstance(x, NkiTensor):
-            v = I.tile(x, name, api)
-            if v._checks:
-                T.check_bounds(v)
-            views.append(v)
-            tiles.append(v)
-            raw.append(len(op) > 2)
-        else:
-            views.append(x)
-            raw.append(False)
+    views, tiles, raw = _operands(operands, api)
     if not m.shape_only and 0 not in dst._shape:
         cur = I.fp32(dst) if reads_dst else None
-        arrays = [(T.array(v) if r else I.fp32(v)) if isinstance(v, NkiTensor) else v for v, r in zip(views, raw)]
-        T.write(dst, np.asarray(fn(cur, *arrays)).reshape(dst._shape))
+        T.write(dst, np.asarray(fn(cur, *_arrays(views, raw))).reshape(dst._shape))
     m.note_write(dst._b, T.region(dst).box, view=dst)
     reads = tiles + ([dst] if reads_dst else [])
     shape = dst._shape

@@ -659,13 +659,7 @@ def var(x, axis, dtype=None, keepdims=False) -> NkiTensor:
     """Variance (the mean of squared deviations) along free axes, in fp32: a mean, a subtract,
     a square and a mean. As documented, the result keeps the reduced axes (size 1) whatever
     `keepdims` says."""
-    line = I.where()
-    api = "nl.var"
-    x = I.tile(x, "x", api)
-    m = E.mean(api, x, axis, F32, None, True, line)
-    d = E.elementwise(api, "subtract", x, m, F32, None, line)
-    sq = E.unary_activation(api, "square", d, F32, None, line)
-    return E.mean(api, sq, axis, dtype if dtype is not None else x._b.dtype, None, True, line)
+    return E.variance("nl.var", x, axis, dtype, None, True, I.where())
 
 
 @emulation(APPROXIMATE, "RMS(x) = sqrt(sum(x**2 along axis) / n + epsilon), epsilon inside the square root as in "

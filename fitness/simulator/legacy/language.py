@@ -638,13 +638,7 @@ def where(condition, x, y, dtype=None, mask=None, **kwargs) -> NkiTensor:
 def var(x, axis, dtype=None, mask=None, **kwargs) -> NkiTensor:
     """Variance (the mean of squared deviations) along free axes, the axes removed: a mean, a
     subtract, a square and a mean, in fp32."""
-    line = I.where()
-    api = "nl.var"
-    x = I.tile(x, "x", api)
-    m = E.mean(api, x, axis, F32, mask, True, line)
-    d = E.elementwise(api, "subtract", x, m, F32, mask, line)
-    sq = E.unary_activation(api, "square", d, F32, mask, line)
-    return E.mean(api, sq, axis, dtype if dtype is not None else x._b.dtype, mask, False, line)
+    return E.variance("nl.var", x, axis, dtype, mask, False, I.where())
 
 
 def expand_dims(data, axis) -> NkiTensor:
