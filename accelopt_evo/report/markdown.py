@@ -38,6 +38,7 @@ from accelopt_evo.run.records import (
 from accelopt_evo.search import archive
 from accelopt_evo.search.descriptors import ENGINES, NO_ENGINE
 from fitness.correctness.normalize import kernel_id as kernel_id_of
+from fitness.measures import hotlines
 from fitness.result import NOT_JUDGED, STATUSES
 from fitness.seal import SealError, user_seal
 from nkibench import paper
@@ -76,13 +77,18 @@ class Kernel:
     backend: str
     target: str
     note: str = ""
+    # its hot lines as the profile records them (fitness/measures/hotlines.py), and their label
+    hot_lines: str = ""
+    figures: str = ""
 
     @classmethod
     def of(cls, problem: str, m: KernelMeta) -> "Kernel":
         r = m.result
+        profile = r.profile if r else {}
         return cls(m.id, problem, m.generation, m.operator or "?", m.parent_ids, r.status if r else "?",
                    r.latency_ms if r else None, r.speedup if r else None, r.percent_of_peak if r else None,
-                   r.backend if r else "", r.target if r else "", m.note)
+                   r.backend if r else "", r.target if r else "", m.note,
+                   str(profile.get(hotlines.HOT_LINES) or ""), hotlines.label_of(profile))
 
 
 @dataclass
@@ -841,6 +847,19 @@ def _memory(data: RunData) -> list[str]:
     return lines
 
 
+def _hot_lines(kernel: Kernel, source: str) -> list[str]:
+    """The kernel's hot lines as the prompts show them (a list, then a blank line); [] when
+    its profile has none or a damaged record."""
+    try:
+        hot = hotlines.decode(kernel.hot_lines)
+    except ValueError:
+        return []
+    if not hot:
+        return []
+    head, *rows = hotlines.format_lines(hot, source, kernel.figures)
+    return [head[0].upper() + head[1:] + ":", "", *(f"- {_no_html(row)}" for row in rows), ""]
+
+
 def _best_kernels(data: RunData, index: dict[tuple[str, str], Kernel]) -> list[str]:
     lines = ["## Best kernels", ""]
     names = problems(data)
@@ -857,6 +876,7 @@ def _best_kernels(data: RunData, index: dict[tuple[str, str], Kernel]) -> list[s
                   f"{_f(best.percent_of_peak, '.1f', '% of peak')} ({figure_label(best.backend, best.target)}). "
                   f"File: `best/{name}.py`.", ""]
         new = kernel_source(data.folder, best.id, name)
+        lines += _hot_lines(best, new or "")
         old = kernel_source(data.folder, base.id) if base else None
         if new is None or old is None:
             missing = [what for what, src in (("best", new), ("baseline", old)) if src is None]

@@ -1,12 +1,14 @@
 """Simulator backend, worker side: the NKI emulator runs the kernel, the performance model
 estimates its latency on the target from the instruction trace (deterministic: the same
-source gives the same latency)."""
+source gives the same latency), and the kernel's hot lines from its schedule
+(fitness/measures/hotlines.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from fitness.correctness.precision import DtypeUse, trace_dtypes
+from fitness.measures import hotlines
 
 KERNEL_FILE = "kernel.py"   # the file name errors give the kernel's source
 SEED_TRACES = 20            # a full-data run costs at most this many shape-only traces ...
@@ -72,9 +74,17 @@ class SimulatorRunner:
 
     def measure(self, source: str, args: list[Any], trace: Any) -> tuple[float, dict[str, Any]]:
         # The trace does not depend on the data, so one estimate serves every seed.
-        est = self._estimate(trace, self.target, self.calibration)
+        times: dict[tuple[int, str], float] = {}
+
+        def observe(prep: Any, sched: Any) -> None:   # the kernel's hot lines, from the schedule
+            times.update(hotlines.schedule_times(prep.ops, sched.start, sched.end, sched.engine))
+
+        est = self._estimate(trace, self.target, self.calibration, observe=observe)
         profile = dict(est.profile)
         profile["bottleneck"] = est.bottleneck
+        hot = hotlines.top(times, float(est.latency_ms) * 1e6)
+        if hot:
+            profile[hotlines.HOT_LINES] = hotlines.encode(hot)
         return float(est.latency_ms), profile
 
     def structure_dtypes(self, trace: Any) -> list[DtypeUse]:

@@ -22,7 +22,12 @@ profiling; the latency is the mean `total_time`; the whole series is repeated (a
 number of times) while its max/min spread exceeds 1 %, keeping the tightest series.
 The profile holds the counters of fitness/measures/counters.py (the simulator's names; `hardware_counters`),
 the simulator's bottleneck line derived from them and labelled as measured, and the series'
-figures (min_ms, max_ms, rel_diffs, series_spreads).
+figures (min_ms, max_ms, rel_diffs, series_spreads). With Neuron Explorer as the profiler, the
+newest timed run is also viewed as Parquet tables (`neuron-explorer view --output-format parquet
+--output-file DIR`, explorer_parquet.py): the kernel's hot lines (kernels compile with
+`NKI_DEBUG_INFO=True`, so that every instruction names its NKI source line), engine activity the
+summary lacks, DMA packet sizes and queues. summary-json stays the per-run latency and the
+fallback (neuron-profile, or no pyarrow); an unreadable Parquet profile fails the measurement.
 
 Parent side: `CoreLeases` hands each evaluation a NeuronCore of its own, so that a core runs
 one timed measurement at a time while other evaluations compile on other cores.
@@ -37,6 +42,7 @@ import importlib.util
 import json
 import os
 import queue
+import shutil
 import statistics
 import subprocess
 import sys
@@ -50,6 +56,8 @@ from fitness.simulator import dialect as D
 from fitness.simulator.perf import model as perf_model
 from fitness.simulator.perf.hardware import HARDWARE
 
+from . import explorer_parquet
+
 COMPILE_OPTIONS = "--disable-dge --logical-nc-config=1"
 WARMUP_RUNS = 2
 TIMED_RUNS = 10
@@ -59,6 +67,8 @@ PROFILE_TIMEOUT_S = 300.0
 PROFILED_EXECUTION = 2   # capture the 2nd execution of the NEFF: a warm one
 LEGACY_NEFF = "file.neff"   # the only NEFF name the legacy SDK accepts with a trace (known issue)
 INSPECT_DIR = "inspect"     # where the runtime writes the NEFFs it ran (current path)
+TABLES_DIR = "profile-tables"   # where Neuron Explorer writes the Parquet tables of the newest timed run
+KERNEL_FILE = "kernel.py"   # the kernel's source file, as the NKI source locations name it
 
 
 class ArtifactError(RuntimeError):
@@ -97,6 +107,12 @@ def core_env(core: int, target: str = "trn1") -> dict[str, str]:
 def profile_view_command(neff: str | Path, ntff: str | Path, tool: str = "neuron-profile") -> list[str]:
     """The command printing the profile summary of one captured execution as JSON."""
     return [tool, "view", "--output-format", "summary-json", "-n", str(neff), "-s", str(ntff)]
+
+
+def parquet_view_command(neff: str | Path, ntff: str | Path, folder: str | Path,
+                         tool: str = "neuron-explorer") -> list[str]:
+    """The command writing the Parquet tables of one captured execution into `folder`."""
+    return [tool, "view", "--output-format", "parquet", "--output-file", str(folder), "-n", str(neff), "-s", str(ntff)]
 
 
 def capture_command(neff: str | Path, prefix: str | Path, tool: str = "neuron-explorer") -> list[str]:
@@ -253,7 +269,7 @@ class CoreLeases:
 
 def _load_kernel(source: str, workdir: Path) -> Any:
     """The `kernel` function of `source`, imported from a file (the SDK reads its source)."""
-    path = workdir / "kernel.py"
+    path = workdir / KERNEL_FILE
     path.write_text(source)
     spec = importlib.util.spec_from_file_location("kernel", path)
     assert spec is not None and spec.loader is not None
@@ -285,6 +301,9 @@ class TrainiumRunner:
     def _kernel_fn(self, source: str) -> Any:
         if self._kernel is None:
             self._dialect = D.detect(source)
+            # NKI source locations in the NEFF (the profile's `nki_source_location`: hot
+            # lines), read when the kernel compiles (tools/neuron-explorer/environment-variables.rst)
+            os.environ.setdefault("NKI_DEBUG_INFO", "True")
             if self._dialect == "current":
                 # the runtime reads these when it starts, i.e. on the first kernel call
                 os.environ.update(NEURON_RT_INSPECT_ENABLE="1", NEURON_RT_INSPECT_DEVICE_PROFILE="1",
@@ -339,6 +358,27 @@ class TrainiumRunner:
             (self.workdir / name).unlink(missing_ok=True)
         self.artifacts = [neff.name, ntff.name]
 
+    def _tables(self) -> dict[str, Any]:
+        """The profile's fields from Neuron Explorer's Parquet tables of the newest timed run
+        (explorer_parquet.profile_fields: hot lines, engine activity, DMA packets); {} when
+        the profiler is not Neuron Explorer, a note when pyarrow is missing (summary-json
+        alone then). A profile that is there but unreadable is a ProfilerError (one line)."""
+        tool = self.profiler
+        if Path(tool).name != "neuron-explorer":
+            return {}
+        try:
+            explorer_parquet.require_pyarrow()
+        except explorer_parquet.ParquetUnavailable as exc:
+            return {"profile_tables": f"summary-json only: {exc}"}
+        neff, ntff = (self.workdir / name for name in self.artifacts)
+        folder = self.workdir / TABLES_DIR
+        shutil.rmtree(folder, ignore_errors=True)
+        run_tool(parquet_view_command(existing(neff, "NEFF"), existing(ntff, "trace"), folder, tool))
+        try:
+            return explorer_parquet.profile_fields(explorer_parquet.read(folder), KERNEL_FILE)
+        except explorer_parquet.ProfileTablesError as exc:
+            raise ProfilerError(f"{Path(tool).name} view --output-format parquet: {exc}") from None
+
     def measure(self, source: str, args: list[Any], trace: Any) -> tuple[float, dict[str, Any]]:
         fn = self._kernel_fn(source)
         neff0 = self._current_neff() if self._dialect == "current" else None
@@ -357,6 +397,8 @@ class TrainiumRunner:
 
         best, spreads = timed_series(run_once)
         profile: dict[str, Any] = dict(hardware_counters(best.profile, best.mean_ms, self.target))
+        for name, value in self._tables().items():   # the summary's own counters come first
+            profile.setdefault(name, value)
         line = bottleneck_line(profile, self.target)
         if line:
             profile["bottleneck"] = line

@@ -16,6 +16,7 @@ from pathlib import Path
 from string import Template
 from typing import Any, Mapping, Sequence
 
+from fitness.measures import hotlines
 from fitness.measures.counters import COUNTERS, INTENSITY, RIDGE, Counter
 
 from .. import base as _base
@@ -74,7 +75,8 @@ def _counter_value(counter: Counter, value: float) -> str:
 def format_profile(parent: Parent) -> str:
     """The evaluation's figures for one kernel, one per line: the speedup, % of peak and the
     bottleneck line, then the profile counters (fitness/measures/counters.py) in their declared order with
-    their units; a profile's other fields are not shown. `latency_ms` is the judged latency."""
+    their units, then its hot lines; a profile's other fields are not shown. `latency_ms` is the
+    judged latency."""
     lines = []
     if parent.speedup is not None:
         lines.append(f"- speedup over the baseline kernel: {parent.speedup:.3f}x")
@@ -89,7 +91,22 @@ def format_profile(parent: Parent) -> str:
         value = profile.get(counter.name)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             lines.append(f"- {counter.name}: {_counter_value(counter, value)}")
+    lines += _hot_lines(parent)
     return "\n".join(lines) if lines else "(no profile available)"
+
+
+def _hot_lines(parent: Parent) -> list[str]:
+    """The profile's hot lines (fitness/measures/hotlines.py), the same text from the simulator's
+    schedule and from a device profile, each quoting its line of the kernel; [] without any
+    (or with a damaged record: the rest of the profile still helps)."""
+    try:
+        hot = hotlines.decode((parent.profile or {}).get(hotlines.HOT_LINES))
+    except ValueError:
+        return []
+    if not hot:
+        return []
+    head, *rows = hotlines.format_lines(hot, parent.source, hotlines.label_of(parent.profile or {}))
+    return [f"- {head}:", *(f"  - {row}" for row in rows)]
 
 
 def counter_definitions() -> str:

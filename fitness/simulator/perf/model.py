@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 from dataclasses import dataclass
+from typing import Callable
 
 from .. import trace as tr
 from . import compiler, deps, lowering
@@ -143,7 +144,11 @@ def summary(prof: dict, label: str | None = None) -> str:
     return line
 
 
-def estimate_with(trace: tr.Trace, hw: Hardware, params: Params, label: str | None = None) -> PerfEstimate:
+def estimate_with(trace: tr.Trace, hw: Hardware, params: Params, label: str | None = None,
+                  observe: Callable[[Prepared, Schedule], None] | None = None) -> PerfEstimate:
+    """The estimate of `trace`; `observe(prepared, schedule)`, when given, sees the scheduled
+    program before it is freed (e.g. per-line engine time: fitness/measures/hotlines.py),
+    and changes nothing of the estimate."""
     # The passes allocate many long-lived objects and no reference cycles: the cyclic
     # garbage collector would only rescan them over and over. They are also freed before
     # collection resumes: the collector's next run would otherwise traverse all of them
@@ -154,6 +159,8 @@ def estimate_with(trace: tr.Trace, hw: Hardware, params: Params, label: str | No
         prep = prepare(trace, hw, params)
         sched = schedule(prep.prog, prep.preds, hw, params)
         latency_ms, prof = profile_of(prep, sched, hw, params)
+        if observe is not None:
+            observe(prep, sched)
         del prep, sched
     finally:
         if collecting:
@@ -161,10 +168,12 @@ def estimate_with(trace: tr.Trace, hw: Hardware, params: Params, label: str | No
     return PerfEstimate(latency_ms, prof, summary(prof, label))
 
 
-def estimate(trace: tr.Trace, target: str = "trn1", calibration: Calibration | None = None) -> PerfEstimate:
+def estimate(trace: tr.Trace, target: str = "trn1", calibration: Calibration | None = None,
+             observe: Callable[[Prepared, Schedule], None] | None = None) -> PerfEstimate:
     """Latency, neuron-profile counters and a bottleneck line for `trace` on `target`, with the
-    shipped parameters or a user's `calibration` of that target (named in the line)."""
+    shipped parameters or a user's `calibration` of that target (named in the line);
+    `observe` as in `estimate_with`."""
     if calibration is None:
-        return estimate_with(trace, hardware(target), for_target(target))
+        return estimate_with(trace, hardware(target), for_target(target), observe=observe)
     return estimate_with(trace, hardware(target), calibration.model_params(),
-                         f"simulated {target}, {calibration.label}")
+                         f"simulated {target}, {calibration.label}", observe)

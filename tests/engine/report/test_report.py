@@ -159,6 +159,28 @@ def test_best_kernel_is_shown_with_its_diff_against_the_baseline(reported):
     assert diff in section
 
 
+def test_best_kernel_shows_its_hot_lines_as_the_prompts_do(reported):
+    from fitness.measures import hotlines
+    from fitness.result import EvalResult
+    from accelopt_evo.run.records import KernelMeta
+
+    folder, _ = reported
+    best = (folder.best / "silu.py").read_text()
+    hot = [hotlines.HotLine(3, "DMA", 2.5e5, 0.5), hotlines.HotLine(5, "ScalarE", 1e5, 0.2)]
+    profile = {"bottleneck": "DMA-bound (simulated trn1): DMA bandwidth used 50% of the time",
+               hotlines.HOT_LINES: hotlines.encode(hot)}
+    kernel = report.Kernel.of("silu", KernelMeta("k", (), "tune_mutation", 1, "", EvalResult(
+        "ok", latency_ms=0.5, profile=profile, speedup=1.2)))
+    lines = report._hot_lines(kernel, best)
+    code = best.splitlines()
+    assert lines[0] == "Hot lines (simulated trn1): share of the kernel's latency each line keeps an engine busy:"
+    assert lines[2].startswith(f"- line 3, DMA: 50.0% (0.250 ms): `{code[2].strip()[:20]}")
+    assert lines[3].startswith("- line 5, ScalarE: 20.0% (0.100 ms)") and lines[-1] == ""
+    # a profile without hot lines (or a damaged record) adds nothing
+    assert report._hot_lines(report.Kernel.of("silu", KernelMeta("k", (), "x", 1, "", EvalResult(
+        "ok", latency_ms=0.5, profile={hotlines.HOT_LINES: "[[0, 1]]"}))), best) == []
+
+
 def test_lineage_runs_from_the_baseline_to_the_best_kernel(reported):
     folder, text = reported
     data = report.collect(folder)

@@ -1,7 +1,9 @@
 """A fake Neuron toolchain for tests without hardware: stand-in SDK packages on sys.path
 (`sdk.py`: kernels run on the project's emulator, artifacts are written like the SDK's) and
 stand-in profiler executables on PATH (`profiler.py`), with a distribution version each so
-that the backend's version gate sees the SDK generation a test asks for.
+that the backend's version gate sees the SDK generation a test asks for, and, once a test
+configures it (`FakeToolchain.set_device`), a fake device (`device.py`): the model's timing with
+noise, drift and failures, profiles as Parquet tables in the schema page's layout.
 """
 
 from __future__ import annotations
@@ -28,6 +30,19 @@ class FakeToolchain:
 
     def set_latencies(self, values_ms: list[float]) -> None:
         self.latencies.write_text(json.dumps(values_ms))
+
+    @property
+    def device(self) -> Path:
+        """The fake device's configuration file (device.py); absent: no device."""
+        return self.log.with_name("device.json")
+
+    def set_device(self, **config) -> None:
+        """Configure the fake device (device.DeviceConfig's fields) and restart its count of
+        executions."""
+        from .device import DeviceConfig
+
+        self.device.write_text(json.dumps(DeviceConfig(**config).__dict__))
+        self.device.with_suffix(".state").unlink(missing_ok=True)
 
 
 def _package(site: Path, dotted: str, body: str) -> None:
@@ -74,5 +89,9 @@ def activate(toolchain: FakeToolchain, monkeypatch) -> None:
     monkeypatch.setenv("PATH", f"{toolchain.bin}:{__import__('os').environ.get('PATH', '')}")
     monkeypatch.setenv("FAKE_NEURON_LOG", str(toolchain.log))
     monkeypatch.setenv("FAKE_NEURON_LATENCIES", str(toolchain.latencies))
+    monkeypatch.setenv("FAKE_NEURON_DEVICE", str(toolchain.device))
+    # unset, and unset again afterwards: the trainium runner sets it in the test's process
+    monkeypatch.setenv("NKI_DEBUG_INFO", "")
+    monkeypatch.delenv("NKI_DEBUG_INFO")
     for name in [n for n in sys.modules if n.split(".")[0] in ROOTS]:
         monkeypatch.delitem(sys.modules, name)

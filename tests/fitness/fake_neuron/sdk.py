@@ -5,6 +5,8 @@ The package files `FakeToolchain` puts on sys.path call `fill_legacy` / `fill_cu
 their namespace. What they write is steered by environment variables, so that a test can
 make the toolchain misbehave the way the SDK documents:
   FAKE_NEURON_MISSING   "neff" or "ntff": that artifact is not written
+  FAKE_NEURON_DEVICE    a fake device's configuration (device.py): NEFFs carry the model's
+                        schedule, and a legacy run saving a trace is an execution on it
 The legacy `baremetal` keeps the SDK's known issue: with a trace requested, a NEFF named
 anything but `file.neff` gets no trace.
 """
@@ -21,14 +23,23 @@ from typing import Any
 from fitness.simulator.current import shim as current_shim
 from fitness.simulator.legacy import shim as legacy_shim
 
+from . import device
+
 
 def _missing() -> str:
     return os.environ.get("FAKE_NEURON_MISSING", "")
 
 
-def _write_neff(path: Path, kernel: Any) -> None:
-    if _missing() != "neff":
-        path.write_text(json.dumps({"fake_neff": getattr(kernel, "__name__", "kernel")}))
+def _write_neff(path: Path, kernel: Any, args: tuple = (), dialect: str = "legacy") -> None:
+    """The fake NEFF: the kernel's name and, with a fake device configured, what the device
+    needs to run it (device.compile_record: the model's latency and schedule)."""
+    if _missing() == "neff":
+        return
+    record: dict[str, Any] = {"fake_neff": getattr(kernel, "__name__", "kernel")}
+    config = device.DeviceConfig.load()
+    if config is not None:
+        record.update(device.compile_record(kernel, args, config, dialect))
+    path.write_text(json.dumps(record))
 
 
 def _register(package: str, modules: dict[str, Any], namespace: dict[str, Any]) -> None:
@@ -44,6 +55,8 @@ def fill_legacy(namespace: dict[str, Any]) -> None:
     modules = legacy_shim.build_modules()
     _register("neuronxcc.nki", modules, namespace)
     emulated = modules["neuronxcc.nki"]
+    # the package's own names (`from neuronxcc.nki import trace`, as NKIBench kernels write)
+    namespace.update({k: v for k, v in vars(emulated).items() if not k.startswith("_") and k not in namespace})
     namespace["jit"] = emulated.jit
 
     def baremetal(kernel=None, save_neff_name=None, save_trace_name=None, additional_compile_opt="", **_):
@@ -54,10 +67,13 @@ def fill_legacy(namespace: dict[str, Any]) -> None:
         def run(*args):
             outputs = emulated.baremetal(kernel)(*args)
             if save_neff_name:
-                _write_neff(Path(save_neff_name), kernel)
+                _write_neff(Path(save_neff_name), kernel, args, "legacy")
             if save_trace_name and _missing() != "ntff" and save_neff_name == "file.neff":
-                Path(save_trace_name).write_text(json.dumps({"fake_ntff": str(save_neff_name),
-                                                             "options": additional_compile_opt}))
+                trace: dict[str, Any] = {"fake_ntff": str(save_neff_name), "options": additional_compile_opt}
+                config = device.DeviceConfig.load()
+                if config is not None and Path(save_neff_name).is_file():   # the device ran it: measured
+                    trace.update(device.execute(json.loads(Path(save_neff_name).read_text()), config))
+                Path(save_trace_name).write_text(json.dumps(trace))
             return outputs
         return run
 
@@ -82,7 +98,7 @@ def fill_current(namespace: dict[str, Any]) -> None:
             if os.environ.get("NEURON_RT_INSPECT_ENABLE") == "1":
                 folder = Path(os.environ.get("NEURON_RT_INSPECT_OUTPUT_DIR", "output")) / "neff_0"
                 folder.mkdir(parents=True, exist_ok=True)
-                _write_neff(folder / f"{fn.__name__}.neff", fn)
+                _write_neff(folder / f"{fn.__name__}.neff", fn, args, "current")
             return outputs
         return launch
 
