@@ -850,13 +850,10 @@ def _memory(data: RunData) -> list[str]:
 def _hot_lines(kernel: Kernel, source: str) -> list[str]:
     """The kernel's hot lines as the prompts show them (a list, then a blank line); [] when
     its profile has none or a damaged record."""
-    try:
-        hot = hotlines.decode(kernel.hot_lines)
-    except ValueError:
+    text = hotlines.describe(kernel.hot_lines, source, kernel.figures)
+    if not text:
         return []
-    if not hot:
-        return []
-    head, *rows = hotlines.format_lines(hot, source, kernel.figures)
+    head, *rows = text
     return [head[0].upper() + head[1:] + ":", "", *(f"- {_no_html(row)}" for row in rows), ""]
 
 

@@ -36,6 +36,7 @@ class SimulatorRunner:
         from fitness.simulator import install, placeholders, run_kernel
         from fitness.simulator.perf import estimate
         from fitness.simulator.perf.calibration import from_dict
+        from fitness.simulator.perf.model import ENGINE_NAMES
 
         install()   # both dialects: a kernel may import neuronxcc.nki (legacy) or nki (current)
         self.target = target
@@ -45,6 +46,7 @@ class SimulatorRunner:
         self._run_kernel = run_kernel
         self._placeholders = placeholders
         self._estimate = estimate
+        self._engine_names = ENGINE_NAMES
         # What loads the kernel module (fitness.simulator.runner.Loader): the kernel process sets
         # the kernel's modules with their run-time guards (fitness.sandbox.modules); None: plain.
         self.loader: Any = None
@@ -77,7 +79,7 @@ class SimulatorRunner:
         times: dict[tuple[int, str], float] = {}
 
         def observe(prep: Any, sched: Any) -> None:   # the kernel's hot lines, from the schedule
-            times.update(hotlines.schedule_times(prep.ops, sched.start, sched.end, sched.engine))
+            times.update(hotlines.schedule_times(prep.ops, sched.start, sched.end, sched.engine, self._engine_names))
 
         est = self._estimate(trace, self.target, self.calibration, observe=observe)
         profile = dict(est.profile)

@@ -86,13 +86,12 @@ def top(times: Mapping[tuple[int, str], float], latency_ns: float, n: int = TOP)
 
 
 def schedule_times(ops: Sequence[Any], start: Sequence[float], end: Sequence[float],
-                   engine: Sequence[str]) -> dict[tuple[int, str], float]:
+                   engine: Sequence[str], engine_names: Mapping[str, str]) -> dict[tuple[int, str], float]:
     """(line, engine) -> busy ns of a performance-model schedule: `ops` are the prepared
     program's (each with `.line` and `.kind`; an op the compiler deleted has no kind and no
-    time), `start`/`end`/`engine` the schedule's per-op lists (fitness.simulator.perf.schedule)."""
-    from fitness.simulator.perf.model import ENGINE_NAMES
-
-    rows = ((op.line, ENGINE_NAMES.get(engine[i], engine[i]), start[i], end[i])
+    time), `start`/`end`/`engine` the schedule's per-op lists (fitness.simulator.perf.schedule),
+    `engine_names` the bottleneck line's name of each engine code (perf.model.ENGINE_NAMES)."""
+    rows = ((op.line, engine_names.get(engine[i], engine[i]), start[i], end[i])
             for i, op in enumerate(ops) if op.kind)
     return line_times(rows)
 
@@ -156,3 +155,12 @@ def label_of(profile: Mapping[str, Any]) -> str:
     if "(" in line and ")" in line:
         return line.split("(", 1)[1].split(")", 1)[0].split(":", 1)[0].strip()
     return ""
+
+
+def describe(text: Any, source: str = "", label: str = "") -> list[str]:
+    """`format_lines` of a profile's `HOT_LINES` value; [] when it has none or a damaged record
+    (a prompt or a report still shows the rest of the profile)."""
+    try:
+        return format_lines(decode(text), source, label)
+    except ValueError:
+        return []

@@ -99,13 +99,11 @@ def _hot_lines(parent: Parent) -> list[str]:
     """The profile's hot lines (fitness/measures/hotlines.py), the same text from the simulator's
     schedule and from a device profile, each quoting its line of the kernel; [] without any
     (or with a damaged record: the rest of the profile still helps)."""
-    try:
-        hot = hotlines.decode((parent.profile or {}).get(hotlines.HOT_LINES))
-    except ValueError:
+    profile = parent.profile or {}
+    text = hotlines.describe(profile.get(hotlines.HOT_LINES), parent.source, hotlines.label_of(profile))
+    if not text:
         return []
-    if not hot:
-        return []
-    head, *rows = hotlines.format_lines(hot, parent.source, hotlines.label_of(parent.profile or {}))
+    head, *rows = text
     return [f"- {head}:", *(f"  - {row}" for row in rows)]
 
 
